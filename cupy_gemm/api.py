@@ -1,0 +1,218 @@
+"""The Python API on CuPy arrays: matmul, gemm, plan, get, variants, render."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from . import compile as _compile
+from . import config, launch, operands, registry
+from .errors import DTypeError, UnknownVariantError
+from .registry import Variant
+from .render import render as _render_variant
+
+CUBLAS = "cublas"
+AUTO = "auto"
+
+# Preference order per dtype: the first entry in the catalogue that runs on the current GPU is the
+# default. float32 stays exact (CUDA cores) unless CUPY_TF32=1, as with cupy.matmul; float16 and
+# bfloat16 accumulate in float32.
+DEFAULTS = {
+    "float32": ("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async", "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf",
+                "sgemm_sliced_k_f32"),
+    "tf32": ("sgemm_mma_m16n8k8_tf32_mma2x4_warp4x4_stages3", "sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages3_dsmem",
+             "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async", "sgemm_sliced_k_f32"),
+    "float16": ("hgemm_wgmma_m64n256k16_stages4_ws2", "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_acc32",
+                "hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages3_dsmem_acc32", "hgemm_sliced_k_f16_acc32"),
+    "bfloat16": ("bgemm_wgmma_m64n256k16_stages4_ws2", "bgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3",
+                 "bgemm_sliced_k_bf16"),
+}
+
+
+class Kernel:
+    """A catalogue variant (or any valid parameter set of a family), ready to render, compile and run."""
+
+    def __init__(self, variant: Variant):
+        self.variant = variant
+
+    name = property(lambda self: self.variant.name)
+    family = property(lambda self: self.variant.family.name)
+    params = property(lambda self: dict(self.variant.params))
+    dtype = property(lambda self: self.variant.dtype)
+    acc = property(lambda self: self.variant.acc)
+    notes = property(lambda self: self.variant.notes)
+
+    @property
+    def source(self) -> str:
+        return _render_variant(self.variant)
+
+    def launch_config(self, m: int, n: int, k: int, sm_count: int | None = None) -> launch.LaunchConfig:
+        return launch.launch_config(self.variant, m, n, k, sm_count)
+
+    def compile(self, arch: str | None = None) -> _compile.Compiled:
+        """Compile for `arch` (no GPU needed), or for the current GPU when arch is None."""
+        if arch is None:
+            import cupy
+            arch = _compile.arch_for(self.variant, launch.compute_capability(cupy.cuda.Device()))
+        return _compile.compile_variant(self.variant, arch)
+
+    def resources(self, arch: str | None = None) -> _compile.Resources:
+        """Registers, static shared and local (spill) bytes, from ptxas."""
+        return self.compile(arch).resources
+
+    def __call__(self, a, b, *, out=None):
+        return matmul(a, b, variant=self.variant, out=out)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.variant.params.items())
+        return f"<Kernel {self.name} ({self.family}, {self.dtype}/{self.acc}: {params})>"
+
+
+def get(name: str) -> Kernel:
+    return Kernel(registry.lookup(name))
+
+
+def variants(dtype=None, family: str | None = None) -> list[str]:
+    """Names of the catalogue's variants, optionally for one input dtype and/or family."""
+    dtype = None if dtype is None else np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if family is not None:
+        registry.family(family)  # unknown family: raise with suggestions
+    return [v.name for v in registry.catalogue().values()
+            if (dtype is None or v.dtype == dtype) and (family is None or v.family.name == family)]
+
+
+def render(name_or_family: str, dtype: str | None = None, acc: str | None = None, **params) -> str:
+    """Rendered CUDA source of a catalogue variant (parameters override its own), or of a family with
+    the given parameters (defaults for the rest)."""
+    cat = registry.catalogue()
+    if name_or_family in cat:
+        base = cat[name_or_family]
+        variant = registry.make_variant(base.family, base.name, dtype or base.dtype, {**base.params, **params},
+                                        acc or (base.acc if dtype in (None, base.dtype) else None))
+    elif name_or_family in registry.families():
+        fam = registry.family(name_or_family)
+        variant = registry.make_variant(fam, f"{fam.name}_custom", dtype or next(iter(fam.dtypes)), params, acc)
+    else:
+        raise UnknownVariantError(name_or_family, list(cat) + list(registry.families()), kind="variant or family")
+    return _render_variant(variant)
+
+
+def default_variant(dtype, cc: int | None = None) -> str:
+    """The dtype's default variant for a GPU of compute capability cc (the current GPU when None)."""
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    key = "tf32" if name == "float32" and config.allow_tf32() else name
+    if key not in DEFAULTS:
+        raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
+    if cc is None:
+        import cupy
+        cc = launch.compute_capability(cupy.cuda.Device())
+    cat = registry.catalogue()
+    for candidate in DEFAULTS[key]:
+        v = cat.get(candidate)
+        if v is not None and _runs_on(v, cc):
+            return candidate
+    raise DTypeError(f"no variant in the catalogue serves {name} on compute capability {cc}")
+
+
+def _runs_on(v: Variant, cc: int) -> bool:
+    fam = v.family
+    return cc >= fam.min_cc(v.params, v.dtype, v.acc) and (not fam.needs_sm90a or cc == 90)
+
+
+def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
+    import cupy
+    if isinstance(variant, Kernel):
+        variant = variant.variant
+    if variant is None or variant == AUTO:
+        cc = launch.compute_capability(cupy.cuda.Device(problem.device_id))
+        name = None
+        if variant == AUTO:
+            from . import tune
+            name = tune.lookup(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
+                               problem.m, problem.n, problem.k)
+        variant = name or default_variant(problem.dtype, cc)
+    if isinstance(variant, str):
+        if variant == CUBLAS:
+            return CUBLAS
+        variant = registry.lookup(variant)
+    if not isinstance(variant, Variant):
+        raise TypeError(f"variant must be a name, a Kernel, a Variant or None; got {type(variant).__name__}")
+    if variant.dtype != problem.dtype.name:
+        same = variants(problem.dtype.name)
+        raise DTypeError(f"variant {variant.name!r} takes {variant.dtype} inputs, not {problem.dtype.name}; "
+                         f"{problem.dtype.name} variants include {', '.join(same[:5])}"
+                         f"{', …' if len(same) > 5 else ''} (variant=None picks the default)")
+    return variant
+
+
+class Plan:
+    """A checked call with everything decided: calling it launches (and copies where a layout needs it).
+    Timing a plan measures the kernel plus only the copies that call really needs."""
+
+    def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
+        import cupy
+        self.problem = operands.check(a, b, c, out, beta)
+        self.variant = _resolve_variant(variant, self.problem)
+        self.device = cupy.cuda.Device(self.problem.device_id)
+        m, n = self.problem.m, self.problem.n
+        if out is None:
+            with self.device:
+                out = cupy.empty((m, n), dtype=self.problem.dtype)
+        self.a, self.b, self.c, self.out = a, b, c, out
+        self.alpha, self.beta = float(alpha), float(beta)
+        if self.variant != CUBLAS:
+            with self.device:  # compile and load now: errors surface here, not in the first timed call
+                launch.load(self.variant, self.device)
+
+    def __call__(self):
+        import cupy
+        a, b, c, out, alpha, beta = self.a, self.b, self.c, self.out, self.alpha, self.beta
+        with self.device:
+            if beta != 0 and c is not None and c is not out and not operands._same_view(c, out):
+                out[...] = c
+            elif beta != 0 and c is None:
+                beta = 0.0  # BLAS: no C given means C = 0
+            if self.problem.k == 0 or self.problem.m == 0 or self.problem.n == 0:
+                if beta == 0:
+                    out.fill(0)
+                else:
+                    out *= out.dtype.type(beta)
+                return out
+            if self.variant == CUBLAS:
+                return _cublas(a, b, out, alpha, beta)
+            fam = self.variant.family
+            ops = operands.resolve(a, b, out, fam.layout, fam.align(self.variant.params, self.variant.dtype))
+            launch.launch(self.variant, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k,
+                          ops.lda, ops.ldb, ops.ldc, alpha, beta)
+            if ops.copy_back is not None:
+                dest, src = ops.copy_back
+                dest[...] = src
+        return out
+
+
+def _cublas(a, b, out, alpha, beta):
+    import cupy
+    if alpha == 1 and beta == 0:
+        return cupy.matmul(a, b, out=out)
+    prod = cupy.matmul(a, b)
+    if beta == 0:
+        cupy.multiply(prod, out.dtype.type(alpha), out=out)
+    else:
+        out[...] = (prod.astype(np.float32) * alpha + out.astype(np.float32) * beta).astype(out.dtype)
+    return out
+
+
+def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None) -> Plan:
+    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out)
+
+
+def matmul(a, b, *, variant=None, out=None):
+    """a @ b for 2-D CuPy arrays, like cupy.matmul. variant: a catalogue name, "cublas", "auto", a
+    Kernel, or None for the dtype's default."""
+    return Plan(a, b, variant=variant, out=out)()
+
+
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
+    """BLAS semantics: alpha·a·b + beta·c. The result goes to `out` (c itself for an in-place update,
+    out=c), or to a new array; c is read only when beta != 0."""
+    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out)()

@@ -1,0 +1,195 @@
+"""Rendered source → NVRTC → cubin, with no GPU needed, cached in memory and on disk.
+
+CuPy's low-level NVRTC binding compiles without touching a device, so the same path serves the CPU
+compile check (`cupy-gemm compile`, CI) and the GPU: launch.py loads the cubin this module produces.
+ptxas's verbose report gives registers, shared and local bytes without a GPU as well.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config, toolkit
+from .errors import CompileError, ConfigError, DeviceError
+from .registry import Variant
+from .render import render
+
+_ERROR_LINE = re.compile(r"\((\d+)\): (?:error|catastrophic error)")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """ptxas's report for the kernel."""
+    registers: int
+    static_smem: int  # bytes of __shared__ arrays (dynamic shared memory comes on top)
+    local: int  # stack frame bytes: register arrays that went to local memory
+    spill_stores: int
+    spill_loads: int
+
+    @classmethod
+    def parse(cls, log: str) -> "Resources":
+        def grab(pattern):
+            m = re.search(pattern, log)
+            return int(m.group(1)) if m else 0
+        return cls(registers=grab(r"Used (\d+) registers"), static_smem=grab(r"(\d+) bytes smem"),
+                   local=grab(r"(\d+) bytes stack frame"), spill_stores=grab(r"(\d+) bytes spill stores"),
+                   spill_loads=grab(r"(\d+) bytes spill loads"))
+
+
+@dataclass(frozen=True)
+class Compiled:
+    variant: str
+    arch: str  # "sm_90a", or "compute_XX" when the image is PTX for the driver to finish
+    options: tuple[str, ...]
+    image: bytes
+    log: str
+    key: str
+
+    @property
+    def is_ptx(self) -> bool:
+        return self.arch.startswith("compute_")
+
+    @property
+    def resources(self) -> Resources:
+        return Resources.parse(self.log)
+
+
+def arch_for(variant: Variant, cc: int) -> str:
+    """The NVRTC target for a device of compute capability cc (e.g. 90)."""
+    fam = variant.family
+    need = fam.min_cc(variant.params, variant.dtype, variant.acc)
+    if cc < need:
+        raise DeviceError(f"variant {variant.name!r} needs compute capability {need // 10}.{need % 10} or newer; "
+                          f"this GPU is {cc // 10}.{cc % 10}")
+    if fam.needs_sm90a:
+        if cc != 90:
+            raise DeviceError(f"variant {variant.name!r} uses Hopper-only instructions (sm_90a) and runs only on "
+                              f"compute capability 9.0; this GPU is {cc // 10}.{cc % 10}")
+        return "sm_90a"
+    supported = toolkit.supported_archs()
+    if cc in supported:
+        return f"sm_{cc}"
+    # a GPU newer than this NVRTC: ship PTX for the newest target it knows; the driver finishes it
+    return f"compute_{max(a for a in supported if a <= cc)}"
+
+
+def check_arch(variant: Variant, arch: str) -> None:
+    """Refuse a target the variant cannot run on (used by the GPU-free compile)."""
+    m = re.fullmatch(r"(sm|compute)_(\d+)(a?)", arch)
+    if not m:
+        raise ConfigError("arch", arch, "like sm_80, sm_90 or sm_90a")
+    cc = int(m.group(2))
+    fam = variant.family
+    need = fam.min_cc(variant.params, variant.dtype, variant.acc)
+    if cc < need:
+        raise DeviceError(f"variant {variant.name!r} needs sm_{need} or newer, not {arch}")
+    if fam.needs_sm90a and arch != "sm_90a":
+        raise DeviceError(f"variant {variant.name!r} needs sm_90a (Hopper-only instructions), not {arch}")
+
+
+def options_for(variant: Variant, arch: str) -> tuple[str, ...]:
+    headers = toolkit.header_set(variant.family.needs_mma_headers)
+    return (f"-arch={arch}", "-std=c++17", "-lineinfo", "-Xptxas=-v",
+            *(f"-I{d}" for d in headers.dirs))
+
+
+_memory: dict[str, Compiled] = {}
+
+
+def compile_variant(variant: Variant, arch: str, source: str | None = None) -> Compiled:
+    """Compile a variant for `arch` (no GPU needed). Cached by everything the binary depends on."""
+    check_arch(variant, arch)
+    source = render(variant) if source is None else source
+    options = options_for(variant, arch)
+    headers = toolkit.header_set(variant.family.needs_mma_headers)
+    key = hashlib.sha256("\0".join([source, *options, str(toolkit.nvrtc_version()), str(headers.version)])
+                         .encode()).hexdigest()[:32]
+    if key in _memory:
+        return _memory[key]
+    compiled = _read_disk(variant.name, arch, options, key) or _nvrtc(variant, arch, options, source, key)
+    _memory[key] = compiled
+    return compiled
+
+
+def _disk_paths(key: str) -> tuple[Path, Path]:
+    folder = config.cache_dir() / "kernels"
+    return folder / f"{key}.bin", folder / f"{key}.log"
+
+
+def _read_disk(name, arch, options, key) -> Compiled | None:
+    if not config.disk_cache_enabled():
+        return None
+    image, log = _disk_paths(key)
+    try:
+        return Compiled(name, arch, options, image.read_bytes(), log.read_text(), key)
+    except OSError:
+        return None
+
+
+def image_file(compiled: Compiled) -> Path:
+    """A file holding the compiled image (CuPy loads modules from files): the disk cache's copy, or a
+    private temporary one when the disk cache is off."""
+    cached, _ = _disk_paths(compiled.key)
+    if config.disk_cache_enabled() and cached.is_file():
+        return cached
+    path = Path(tempfile.gettempdir()) / f"cupy-gemm-{os.getuid()}" / f"{compiled.key}.bin"
+    if not path.is_file():
+        _write_atomic(path, compiled.image)
+    return path
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)  # readers see the whole file or none
+
+
+def _nvrtc(variant: Variant, arch: str, options, source: str, key: str) -> Compiled:
+    lib = toolkit.nvrtc()
+    prog = lib.createProgram(source, f"{variant.name}.cu", (), ())
+    try:
+        try:
+            lib.compileProgram(prog, list(options))
+        except lib.NVRTCError:
+            raise _compile_error(variant, arch, source, lib.getProgramLog(prog)) from None
+        log = lib.getProgramLog(prog)
+        image = lib.getPTX(prog) if arch.startswith("compute_") else lib.getCUBIN(prog)
+    finally:
+        lib.destroyProgram(prog)
+    compiled = Compiled(variant.name, arch, tuple(options), image, log, key)
+    if config.disk_cache_enabled():
+        try:
+            image_path, log_path = _disk_paths(key)
+            _write_atomic(log_path, log.encode())
+            _write_atomic(image_path, image)  # written last: its presence means the entry is complete
+        except OSError:
+            pass  # a read-only cache folder costs a recompile, nothing more
+    return compiled
+
+
+def _compile_error(variant: Variant, arch: str, source: str, log: str) -> CompileError:
+    lines = source.splitlines()
+    quoted = []
+    for n in sorted({int(m.group(1)) for m in _ERROR_LINE.finditer(log)})[:5]:
+        for i in range(max(1, n - 2), min(len(lines), n + 2) + 1):
+            quoted.append(f"{'>' if i == n else ' '}{i:5d} | {lines[i - 1]}")
+        quoted.append("")
+    saved = "(could not save it)"
+    try:
+        path = config.cache_dir() / "failed" / f"{variant.name}-{arch}.cu"
+        _write_atomic(path, source.encode())
+        saved = str(path)
+    except OSError:
+        pass
+    params = ", ".join(f"{k}={v}" for k, v in variant.params.items())
+    return CompileError(f"NVRTC failed to compile variant {variant.name!r} (family {variant.family.name}, "
+                        f"{variant.dtype}/{variant.acc}, {params}) for {arch}:\n{log.strip()}\n\n"
+                        + "\n".join(quoted) + f"full rendered source: {saved}")
+
+

@@ -1,0 +1,35 @@
+"""Environment knobs, read here and nowhere else (the README lists them)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """CUPY_GEMM_CACHE_DIR: compiled kernels, failed sources and the tuning database."""
+    explicit = os.environ.get("CUPY_GEMM_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cupy-gemm"
+
+
+def cuda_include_override() -> list[str] | None:
+    """CUPY_GEMM_CUDA_INCLUDE: header folders (os.pathsep-separated) to use instead of searching."""
+    value = os.environ.get("CUPY_GEMM_CUDA_INCLUDE")
+    return [p for p in value.split(os.pathsep) if p] if value else None
+
+
+def disk_cache_enabled() -> bool:
+    """CUPY_GEMM_DISK_CACHE=0 turns the on-disk cubin cache off (the in-memory cache stays)."""
+    return os.environ.get("CUPY_GEMM_DISK_CACHE", "1") != "0"
+
+
+def default_archs() -> list[str]:
+    """CUPY_GEMM_ARCH: architectures `cupy-gemm compile` targets when --arch is not given."""
+    return [a for a in os.environ.get("CUPY_GEMM_ARCH", "sm_80,sm_90").split(",") if a]
+
+
+def allow_tf32() -> bool:
+    """CUPY_TF32=1 (CuPy's own switch): float32 defaults may use TF32 tensor cores, as cupy.matmul does."""
+    return os.environ.get("CUPY_TF32", "0") == "1"

@@ -1,0 +1,133 @@
+"""What a kernel family (one template) declares: its parameters, constraints and launch shape.
+
+A family is the only place that knows its template's rules. Each constraint is written once here,
+raising ConfigError with the parameter, its value and what would be valid; the template repeats it
+as a static_assert with the same words. Sweeps call `check` to prune grids and record the reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+from ..errors import ConfigError
+
+# dtype name -> (CUDA type, bytes). A template never receives text from a user: only these names.
+CUDA_TYPES = {"float32": ("float", 4), "float16": ("half", 2), "bfloat16": ("__nv_bfloat16", 2)}
+# accumulate/compute names; "tf32" means fp32 operands rounded to tf32 on the tensor cores.
+ACC_TYPES = {"float32": "float", "float16": "half", "tf32": "float"}
+# the largest opt-in dynamic shared memory of any supported GPU (sm_90); the launcher checks the device's own
+MAX_DYNAMIC_SMEM = 227 * 1024
+
+
+@dataclass(frozen=True)
+class Param:
+    """One integer template parameter."""
+    name: str
+    default: int
+    doc: str
+    choices: tuple[int, ...] | None = None
+    lo: int | None = None
+    hi: int | None = None
+    power_of_two: bool = False
+
+    def check(self, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(self.name, value, f"an integer ({self.doc})")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(self.name, value, f"one of {list(self.choices)} ({self.doc})")
+        if self.lo is not None and value < self.lo:
+            raise ConfigError(self.name, value, f">= {self.lo} ({self.doc})")
+        if self.hi is not None and value > self.hi:
+            raise ConfigError(self.name, value, f"<= {self.hi} ({self.doc})")
+        if self.power_of_two and value & (value - 1):
+            raise ConfigError(self.name, value, f"a power of two ({self.doc})")
+
+
+def flag(name: str, doc: str, default: int = 0) -> Param:
+    return Param(name, default, doc, choices=(0, 1))
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kernel family: a template plus the rules that make a parameter set valid.
+
+    layout      "row": A (M×K), B (K×N), C (M×N) row-major with leading dimensions;
+                "col": the same matrices column-major (BLAS convention).
+    abi         "pointers": gemm_kernel(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
+                "tma": the Hopper ABI (tensor maps for A and B; see families/wgmma.py).
+    dtypes      {input dtype: allowed accumulate names}; output dtype = input dtype.
+    rules       callables (params, dtype, acc) -> iterator of ConfigError, beyond the per-Param checks.
+    threads     params -> threads per block (block = (threads, 1, 1)).
+    smem_bytes  (params, dtype, acc) -> dynamic shared memory bytes (0 for static smem only).
+    tile        params -> (rows of C, cols of C) one block computes.
+    align       (params, dtype) -> elements that K, the vector dimension of C and every leading dimension
+                must be a multiple of, with base pointers aligned to as many elements; the API pads
+                (exactly, with zeros) when a problem does not meet it, so 1 means "any shape".
+    persistent  a persistent kernel: the grid is at most `persistent` blocks per SM (0: one block per tile).
+    make_args   for abi != "pointers": (variant, A, B, C, M, N, K, lda, ldb, ldc, alpha, beta) -> the
+                kernel's argument tuple, given CuPy arrays already resolved to the family's layout
+                and alignment (A, B, C are the operands the kernel sees, as the pointer ABI would).
+    """
+    name: str
+    template: str
+    doc: str
+    params: tuple[Param, ...]
+    dtypes: Mapping[str, tuple[str, ...]]
+    threads: Callable[[Mapping[str, int]], int]
+    tile: Callable[[Mapping[str, int]], tuple[int, int]]
+    smem_bytes: Callable[[Mapping[str, int], str, str], int] = lambda p, dtype, acc: 0
+    align: Callable[[Mapping[str, int], str], int] = lambda p, dtype: 1
+    rules: tuple[Callable[[Mapping[str, int], str, str], Iterator[ConfigError]], ...] = ()
+    layout: str = "row"
+    abi: str = "pointers"
+    min_cc: Callable[[Mapping[str, int], str, str], int] = lambda p, dtype, acc: 70
+    needs_sm90a: bool = False
+    needs_mma_headers: bool = False  # the template includes <mma.h> (WMMA): needs crt/mma.h
+    persistent: int = 0
+    make_args: Callable | None = None
+    param_index: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "param_index", {p.name: p for p in self.params})
+
+    def complete(self, params: Mapping[str, int], *, where: str = "") -> dict[str, int]:
+        """Fill defaults and reject names the family does not have."""
+        unknown = sorted(set(params) - set(self.param_index))
+        if unknown:
+            raise ConfigError(unknown[0], params[unknown[0]],
+                              f"a parameter of family {self.name!r}: {sorted(self.param_index)}",
+                              where=where)
+        return {p.name: params.get(p.name, p.default) for p in self.params}
+
+    def check(self, params: Mapping[str, int], dtype: str, acc: str, *, where: str = "") -> dict[str, int]:
+        """The one place a parameter set is validated. Returns the completed parameters."""
+        full = self.complete(params, where=where)
+        if dtype not in self.dtypes:
+            raise ConfigError("dtype", dtype, f"one of {sorted(self.dtypes)} for family {self.name!r}", where=where)
+        if acc not in self.dtypes[dtype]:
+            raise ConfigError("acc", acc, f"one of {list(self.dtypes[dtype])} for {dtype} inputs", where=where)
+        for p in self.params:
+            try:
+                p.check(full[p.name])
+            except ConfigError as e:
+                raise ConfigError(e.param, e.value, e.expected, where=where) from None
+        threads = self.threads(full)
+        if not 32 <= threads <= 1024 or threads % 32:
+            raise ConfigError("threads", threads, "a multiple of 32 between 32 and 1024 threads per block "
+                              "(derived from the tile parameters)", where=where)
+        smem = self.smem_bytes(full, dtype, acc)
+        if smem > MAX_DYNAMIC_SMEM:
+            raise ConfigError("smem", smem, f"at most {MAX_DYNAMIC_SMEM} bytes of shared memory per block "
+                              "(Hopper's opt-in limit); shrink the tile or STAGES", where=where)
+        for rule in self.rules:
+            for err in rule(full, dtype, acc):
+                raise ConfigError(err.param, err.value, err.expected, where=where)
+        return full
+
+
+def divides(small: str, big: str, why: str = ""):
+    """Rule: params[big] % params[small] == 0."""
+    def rule(p, dtype, acc):
+        if p[big] % p[small]:
+            yield ConfigError(big, p[big], f"a multiple of {small}={p[small]}" + (f" ({why})" if why else ""))
+    return rule

@@ -1,0 +1,77 @@
+"""Grid, block and shared memory as pure functions of a variant and a problem; the one launcher."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .compile import Compiled, arch_for, compile_variant, image_file
+from .errors import ConfigError, InputError
+from .registry import Variant
+from .render import KERNEL_NAME
+
+MAX_GRID_X = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int  # dynamic shared memory bytes
+    tiles: int  # C tiles of the problem (= grid blocks unless the family is persistent)
+
+
+def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None) -> LaunchConfig:
+    fam, p = variant.family, variant.params
+    bm, bn = fam.tile(p)
+    tiles = -(-m // bm) * -(-n // bn)
+    if tiles > MAX_GRID_X:
+        raise InputError(f"{m}×{n} needs {tiles} tiles of {bm}×{bn}, more than a grid can hold "
+                         f"({MAX_GRID_X}); use a variant with a larger tile")
+    blocks = tiles
+    if fam.persistent:
+        blocks = min(tiles, fam.persistent * (sm_count or 1))
+    return LaunchConfig(grid=(blocks, 1, 1), block=(fam.threads(p), 1, 1),
+                        smem=fam.smem_bytes(p, variant.dtype, variant.acc), tiles=tiles)
+
+
+def compute_capability(device) -> int:
+    return int(device.compute_capability)
+
+
+_loaded: dict[tuple[str, int], object] = {}
+
+
+def load(variant: Variant, device) -> tuple[object, Compiled]:
+    """Compile (cached) for the device and load the kernel onto it. Returns (RawKernel, Compiled)."""
+    import cupy
+
+    compiled = compile_variant(variant, arch_for(variant, compute_capability(device)))
+    cache_key = (compiled.key, device.id)
+    kernel = _loaded.get(cache_key)
+    if kernel is None:
+        with device:
+            kernel = cupy.RawModule(path=str(image_file(compiled))).get_function(KERNEL_NAME)
+            smem = variant.family.smem_bytes(variant.params, variant.dtype, variant.acc)
+            limit = device.attributes["MaxSharedMemoryPerBlockOptin"]
+            if smem + compiled.resources.static_smem > limit:
+                raise ConfigError("smem", smem, f"at most {limit - compiled.resources.static_smem} bytes of "
+                                  f"dynamic shared memory on this GPU", where=variant.name)
+            if smem > 48 * 1024:  # above 48 KB a kernel must opt in
+                kernel.max_dynamic_shared_size_bytes = smem
+        _loaded[cache_key] = kernel
+    return kernel, compiled
+
+
+def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
+    return (A, B, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb), np.int64(ldc),
+            np.float32(alpha), np.float32(beta))
+
+
+def launch(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> None:
+    """Run the variant on CuPy's current stream. Operands are already in the family's layout and alignment."""
+    kernel, _ = load(variant, device)
+    cfg = launch_config(variant, m, n, k, device.attributes["MultiProcessorCount"])
+    make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
+    args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
+    kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)

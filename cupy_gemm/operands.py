@@ -1,0 +1,188 @@
+"""Checking operands and reducing any call to what a kernel takes.
+
+A kernel computes C = alpha·A·B + beta·C with all three matrices in its family's layout (row- or
+column-major with a leading dimension). This module decides, before anything launches, how to get there:
+which operands can be used in place (zero-copy, also strided views), when swapping A and B gives the
+transposed problem for free (Cᵀ = Bᵀ·Aᵀ turns a column-major problem into a row-major one), and what must
+be copied or zero-padded so that a kernel's alignment assumptions hold.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DeviceError, DTypeError, InputError
+
+INDEX_LIMIT = 2**31 - 1  # M, N, K are 32-bit in every kernel; offsets are 64-bit
+
+
+def require_cupy(x, name: str):
+    import cupy
+    if not isinstance(x, cupy.ndarray):
+        kind = "a NumPy array" if isinstance(x, np.ndarray) else f"a {type(x).__name__}"
+        raise DTypeError(f"{name} is {kind}; cupy-gemm works on CuPy arrays on the GPU: "
+                         f"convert it with cupy.asarray({name})")
+    return x
+
+
+def leading_dim(shape, strides, itemsize, order: str) -> int | None:
+    """The leading dimension (elements) that lets a kernel of `order` ('row' or 'col') use the array as is,
+    or None. A row-major view needs unit stride along columns, a column-major one along rows; a
+    dimension of extent 1 takes any stride."""
+    rows, cols = shape
+    if order == "col":  # the transpose, seen row-major
+        rows, cols = cols, rows
+        strides = strides[::-1]
+    s_outer, s_inner = strides
+    if cols > 1 and s_inner != itemsize:
+        return None
+    if rows == 1:
+        return max(cols, 1)
+    if s_outer <= 0 or s_outer % itemsize or s_outer // itemsize < cols:
+        return None
+    return s_outer // itemsize
+
+
+def span(x) -> tuple[int, int]:
+    """[first, last] byte addresses an array can touch."""
+    lo = hi = x.data.ptr
+    for extent, stride in zip(x.shape, x.strides):
+        if extent == 0:
+            return (lo, lo - 1)
+        if stride > 0:
+            hi += (extent - 1) * stride
+        else:
+            lo += (extent - 1) * stride
+    return lo, hi + x.itemsize - 1
+
+
+def overlaps(x, y) -> bool:
+    (a0, a1), (b0, b1) = span(x), span(y)
+    return a0 <= b1 and b0 <= a1 and a1 >= a0 and b1 >= b0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A checked call: C(M×N) = alpha·A(M×K)·B(K×N) + beta·C."""
+    m: int
+    n: int
+    k: int
+    dtype: np.dtype
+    device_id: int
+
+
+def check(a, b, c, out, beta: float) -> Problem:
+    """Every check that needs no variant. Raises before anything launches."""
+    a, b = require_cupy(a, "a"), require_cupy(b, "b")
+    for name, x in (("a", a), ("b", b)):
+        if x.ndim != 2:
+            raise InputError(f"{name} must be a 2-D matrix; got {x.ndim}-D with shape {x.shape}")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"a and b must have the same dtype; got {a.dtype} and {b.dtype} "
+                         f"(convert one with .astype)")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise InputError(f"inner dimensions differ: a is {m}×{k}, b is {k2}×{n}")
+    for dim, value in (("M", m), ("N", n), ("K", k)):
+        if value > INDEX_LIMIT:
+            raise InputError(f"{dim}={value} exceeds {INDEX_LIMIT}, the largest dimension the kernels index")
+    if a.device.id != b.device.id:
+        raise DeviceError(f"a is on GPU {a.device.id} and b on GPU {b.device.id}; move one with cupy.asarray "
+                          f"inside `with cupy.cuda.Device(i):`")
+    for name, x in (("c", c), ("out", out)):
+        if x is None:
+            continue
+        require_cupy(x, name)
+        if x.shape != (m, n):
+            raise InputError(f"{name} must have shape {(m, n)} for a {m}×{k} by {k}×{n} product; got {x.shape}")
+        if x.dtype != a.dtype:
+            raise DTypeError(f"{name} must have dtype {a.dtype} like a and b; got {x.dtype}")
+        if x.device.id != a.device.id:
+            raise DeviceError(f"{name} is on GPU {x.device.id} but a and b are on GPU {a.device.id}")
+    if out is not None:
+        for name, x in (("a", a), ("b", b)):
+            if overlaps(out, x):
+                raise InputError(f"out overlaps {name}: the kernel would read what it overwrites; "
+                                 f"pass a separate output array")
+        if c is not None and beta != 0 and overlaps(out, c) and not _same_view(out, c):
+            raise InputError("out partially overlaps c; pass out=c to update c in place, or separate arrays")
+    return Problem(m, n, k, a.dtype, a.device.id)
+
+
+def _same_view(x, y) -> bool:
+    return x.data.ptr == y.data.ptr and x.shape == y.shape and x.strides == y.strides
+
+
+@dataclass
+class Operands:
+    """What the kernel sees: the three matrices in its layout, the (possibly swapped and padded)
+    problem size and leading dimensions, and what to copy back afterwards."""
+    A: object
+    B: object
+    C: object
+    m: int
+    n: int
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    copy_back: object = None  # (destination, source view) to copy after the kernel, or None
+
+
+def _fits(x, order: str, align: int) -> int | None:
+    ld = leading_dim(x.shape, x.strides, x.itemsize, order)
+    if ld is None or ld % align or x.data.ptr % (align * x.itemsize):
+        return None
+    return ld
+
+
+def resolve(a, b, out, layout: str, align: int) -> Operands:
+    """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`.
+
+    out must already hold beta·C's input (the caller copies c into it when beta != 0)."""
+    import cupy
+
+    other = "col" if layout == "row" else "row"
+    m, k = a.shape
+    n = b.shape[1]
+
+    def aligned(rows, cols):  # row kernels read K and N contiguously, column kernels M and K
+        return k % align == 0 and (cols if layout == "row" else rows) % align == 0
+
+    if aligned(m, n) and _fits(out, layout, align) is not None:
+        return _direct(a, b, out, layout, align, None)
+    if aligned(n, m) and _fits(out, other, align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
+        return _direct(b.T, a.T, out.T, layout, align, None)
+    if aligned(m, n):  # out is a view no kernel can write: compute into a fresh array, copy back
+        tmp = _empty(cupy, (m, n), out.dtype, layout)
+        tmp[...] = out
+        return _direct(a, b, tmp, layout, align, (out, tmp))
+    # pad with zeros: exact, since padded columns of A meet padded rows of B
+    up = lambda x: -(-x // align) * align
+    mp, kp, np_ = (up(m) if layout == "col" else m), up(k), (up(n) if layout == "row" else n)
+    C = _padded(cupy, out, (mp, np_), layout)
+    return _direct(_padded(cupy, a, (mp, kp), layout), _padded(cupy, b, (kp, np_), layout), C,
+                   layout, align, (out, C[:m, :n]))
+
+
+def _direct(a, b, c, layout, align, copy_back) -> Operands:
+    import cupy
+    A = a if _fits(a, layout, align) is not None else _copy(cupy, a, layout)
+    B = b if _fits(b, layout, align) is not None else _copy(cupy, b, layout)
+    ld = lambda x: leading_dim(x.shape, x.strides, x.itemsize, layout)
+    return Operands(A, B, c, c.shape[0], c.shape[1], a.shape[1], ld(A), ld(B), ld(c), copy_back)
+
+
+def _empty(cupy, shape, dtype, layout):
+    return cupy.empty(shape, dtype=dtype, order="C" if layout == "row" else "F")
+
+
+def _copy(cupy, x, layout):
+    return cupy.ascontiguousarray(x) if layout == "row" else cupy.asfortranarray(x)
+
+
+def _padded(cupy, x, shape, layout):
+    buf = cupy.zeros(shape, dtype=x.dtype, order="C" if layout == "row" else "F")
+    buf[: x.shape[0], : x.shape[1]] = x
+    return buf

@@ -1,0 +1,127 @@
+"""The catalogue: named variants read from kernels/<family>.toml, validated against their family.
+
+This is the only module that knows the catalogue's file format:
+
+    family = "sliced_k"              # must match the file name and a family in cupy_gemm/families
+    [[variant]]
+    name = "sgemm_sliced_k_f32"      # unique across the catalogue
+    dtype = "float32"                # input (and output) dtype
+    acc = "float32"                  # optional: accumulate type (default: the family's first for dtype)
+    params = { BM = 32, BN = 32 }    # integers; the family fills the rest with defaults
+    notes = "..."                    # optional
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from . import families as _families_pkg
+from .errors import CatalogueError, ConfigError, UnknownVariantError
+from .families.base import Family
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def data_dir(name: str) -> Path:
+    """kernels/ or templates/: inside the package when installed from a wheel, beside it in a checkout."""
+    for candidate in (_PACKAGE / name, _PACKAGE.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"cupy-gemm's {name}/ folder is missing (looked in {_PACKAGE} and its parent)")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named, validated point of a family: everything needed to render and launch it."""
+    name: str
+    family: Family
+    dtype: str
+    acc: str
+    params: Mapping[str, int]
+    notes: str = ""
+    source_file: str = ""
+
+    @property
+    def family_name(self) -> str:
+        return self.family.name
+
+
+@lru_cache(maxsize=None)
+def families() -> dict[str, Family]:
+    found: dict[str, Family] = {}
+    for info in pkgutil.iter_modules(_families_pkg.__path__):
+        if info.name == "base":
+            continue
+        module = importlib.import_module(f"{_families_pkg.__name__}.{info.name}")
+        for fam in getattr(module, "FAMILIES", ()):
+            if fam.name in found:
+                raise CatalogueError(f"family {fam.name!r} is defined twice")
+            found[fam.name] = fam
+    return found
+
+
+def family(name: str) -> Family:
+    fams = families()
+    if name not in fams:
+        raise UnknownVariantError(name, fams, kind="family")
+    return fams[name]
+
+
+def make_variant(fam: Family, name: str, dtype: str, params: Mapping[str, int] | None = None,
+                 acc: str | None = None, notes: str = "", source_file: str = "") -> Variant:
+    """Validate a parameter set for a family and return it as a Variant (used for catalogue entries,
+    `render(family, **params)`, and every sweep point)."""
+    if dtype not in fam.dtypes:
+        raise ConfigError("dtype", dtype, f"one of {sorted(fam.dtypes)} for family {fam.name!r}", where=name)
+    acc = acc or fam.dtypes[dtype][0]
+    full = fam.check(dict(params or {}), dtype, acc, where=name)
+    return Variant(name=name, family=fam, dtype=dtype, acc=acc, params=full, notes=notes, source_file=source_file)
+
+
+def _load_file(path: Path) -> list[Variant]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise CatalogueError(f"{path}: not valid TOML: {e}") from None
+    fam_name = data.get("family")
+    if fam_name != path.stem:
+        raise CatalogueError(f"{path}: `family = {fam_name!r}` must match the file name ({path.stem!r})")
+    fam = family(fam_name)
+    out = []
+    for i, entry in enumerate(data.get("variant", [])):
+        where = f"{path.name} variant #{i + 1}"
+        unknown = set(entry) - {"name", "dtype", "acc", "params", "notes"}
+        if unknown or "name" not in entry or "dtype" not in entry:
+            raise CatalogueError(f"{where}: needs `name` and `dtype`, may have `acc`, `params`, `notes`; "
+                                 f"got keys {sorted(entry)}")
+        out.append(make_variant(fam, entry["name"], entry["dtype"], entry.get("params", {}),
+                                entry.get("acc"), entry.get("notes", ""), source_file=path.name))
+    return out
+
+
+@lru_cache(maxsize=None)
+def catalogue() -> dict[str, Variant]:
+    """Every named variant, in catalogue order (files sorted by name, entries in file order)."""
+    result: dict[str, Variant] = {}
+    for path in sorted(data_dir("kernels").glob("*.toml")):
+        for v in _load_file(path):
+            if v.name in result:
+                raise CatalogueError(f"variant {v.name!r} is in both {result[v.name].source_file} and {path.name}")
+            result[v.name] = v
+    return result
+
+
+def lookup(name: str) -> Variant:
+    cat = catalogue()
+    if name not in cat:
+        raise UnknownVariantError(name, list(cat) + ["cublas"])
+    return cat[name]

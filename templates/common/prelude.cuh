@@ -1,0 +1,35 @@
+// ---- cupy-gemm prelude: types and constants every template shares -------------------------------
+// Rendered variant: {{ VARIANT }} (family {{ FAMILY }}); inputs {{ DTYPE }}, accumulate {{ ACC }}, {{ LAYOUT }}-major.
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+using T_IN = {{ T_IN }};    // element type of A, B and C
+using T_ACC = {{ T_ACC }};  // accumulator type
+constexpr int THREADS = {{ THREADS }};
+// Column-major (BLAS convention) when true: element (r, c) of a matrix with leading dimension ld
+// is at r + c*ld instead of r*ld + c.
+constexpr bool COL_MAJOR = {{ 1 if LAYOUT == "col" else 0 }};
+
+// 64-bit offsets: M*lda can pass 2^31 long before M, N or K do.
+__device__ __forceinline__ long long offset(int r, int c, long long ld) {
+    return COL_MAJOR ? (long long)r + (long long)c * ld : (long long)r * ld + (long long)c;
+}
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ half from_float<half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename T> __device__ __forceinline__ T zero() { return from_float<T>(0.f); }
+
+// acc += a * b in the accumulator's precision
+__device__ __forceinline__ void mac(float& acc, float a, float b) { acc = fmaf(a, b, acc); }
+__device__ __forceinline__ void mac(float& acc, half a, half b) { acc = fmaf(__half2float(a), __half2float(b), acc); }
+__device__ __forceinline__ void mac(float& acc, __nv_bfloat16 a, __nv_bfloat16 b) {
+    acc = fmaf(__bfloat162float(a), __bfloat162float(b), acc);
+}
+__device__ __forceinline__ void mac(half& acc, half a, half b) { acc = __hfma(a, b, acc); }

@@ -1,0 +1,72 @@
+"""Every variant compiles with NVRTC, no GPU needed; compile errors and missing toolkits are explained."""
+import pytest
+
+from cupy_gemm import compile as compile_mod, registry, toolkit
+from cupy_gemm.errors import CompileError, CompilerNotFoundError, DeviceError
+
+CATALOGUE = registry.catalogue()
+
+
+def targets(v):
+    if v.family.needs_sm90a:
+        return ["sm_90a"]
+    return [a for a in ("sm_80", "sm_90") if int(a[3:]) >= v.family.min_cc(v.params, v.dtype, v.acc)]
+
+
+CASES = [(n, a) for n, v in CATALOGUE.items() for a in targets(v)]
+
+
+@pytest.mark.parametrize("name,arch", CASES, ids=[f"{n}-{a}" for n, a in CASES])
+def test_compiles(name, arch):
+    compiled = compile_mod.compile_variant(CATALOGUE[name], arch)
+    assert len(compiled.image) > 1000
+    res = compiled.resources
+    assert res.registers > 0
+
+
+def test_resources_are_parsed():
+    log = ("ptxas info    : Used 128 registers, used 1 barriers, 33024 bytes smem, 376 bytes cmem[0]\n"
+           "ptxas         .     24 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n")
+    res = compile_mod.Resources.parse(log)
+    assert (res.registers, res.static_smem, res.local, res.spill_stores, res.spill_loads) == (128, 33024, 24, 8, 4)
+
+
+def test_compile_error_quotes_the_failing_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    v = CATALOGUE["sgemm_naive_f32"]
+    source = compile_mod.render(v).replace("acc = zero<T_ACC>();", "acc = no_such_function();")
+    with pytest.raises(CompileError) as info:
+        compile_mod.compile_variant(v, "sm_80", source=source)
+    message = str(info.value)
+    assert "sgemm_naive_f32" in message and "BM=32" in message and "sm_80" in message
+    assert "> " in message and "no_such_function" in message
+    assert (tmp_path / "failed" / "sgemm_naive_f32-sm_80.cu").read_text() == source
+
+
+def test_wrong_arch_is_refused():
+    v = registry.lookup("sgemm_naive_f32")
+    with pytest.raises(Exception, match="sm_80"):
+        compile_mod.check_arch(v, "sm80")
+    hopper = [x for x in CATALOGUE.values() if x.family.needs_sm90a]
+    if hopper:
+        with pytest.raises(DeviceError, match="sm_90a"):
+            compile_mod.compile_variant(hopper[0], "sm_90")
+        with pytest.raises(DeviceError, match="compute capability 9.0"):
+            compile_mod.arch_for(hopper[0], 80)
+
+
+def test_missing_headers_say_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPY_GEMM_CUDA_INCLUDE", str(tmp_path))
+    toolkit.header_set.cache_clear()
+    try:
+        with pytest.raises(CompilerNotFoundError, match=r"pip install 'cuda-toolkit\[cudart,nvcc\]=="):
+            toolkit.header_set(True)
+    finally:
+        toolkit.header_set.cache_clear()
+
+
+def test_arch_for_newer_gpu_falls_back_to_ptx():
+    v = registry.lookup("sgemm_naive_f32")
+    newest = max(toolkit.supported_archs())
+    assert compile_mod.arch_for(v, newest) == f"sm_{newest}"
+    assert compile_mod.arch_for(v, newest + 5) == f"compute_{newest}"

@@ -1,0 +1,120 @@
+"""The catalogue loads, validates and renders; malformed entries are refused with clear messages."""
+import pytest
+
+import cupy_gemm
+from cupy_gemm import registry
+from cupy_gemm.errors import CatalogueError, ConfigError, UnknownVariantError
+from cupy_gemm.render import render
+
+CATALOGUE = registry.catalogue()
+
+
+def test_catalogue_is_not_empty_and_names_are_unique():
+    assert {"sgemm_naive_f32", "sgemm_sliced_k_f32"} <= set(CATALOGUE)
+    assert len(CATALOGUE) == len(set(CATALOGUE))
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_every_variant_renders_self_contained(name):
+    v = CATALOGUE[name]
+    source = render(v)
+    assert 'extern "C" __global__' in source and "gemm_kernel(" in source
+    assert "{{" not in source and "{%" not in source
+    # shared helpers are inlined: the only includes left are toolkit headers
+    for line in source.splitlines():
+        if line.strip().startswith("#include"):
+            assert "<" in line, f"{name}: non-toolkit include left in the rendered source: {line}"
+
+
+@pytest.mark.parametrize("name", list(CATALOGUE))
+def test_launch_config_is_consistent(name):
+    v = CATALOGUE[name]
+    cfg = cupy_gemm.get(name).launch_config(1000, 1000, 1000, sm_count=132)
+    bm, bn = v.family.tile(v.params)
+    assert cfg.tiles == -(-1000 // bm) * -(-1000 // bn)
+    assert 32 <= cfg.block[0] <= 1024 and cfg.block[0] % 32 == 0
+    assert cfg.grid[0] <= cfg.tiles
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_family_must_match_file_name(tmp_path):
+    path = _write(tmp_path, "naive.toml", 'family = "sliced_k"\n')
+    with pytest.raises(CatalogueError, match="must match the file name"):
+        registry._load_file(path)
+
+
+def test_bad_toml_and_unknown_keys(tmp_path):
+    with pytest.raises(CatalogueError, match="not valid TOML"):
+        registry._load_file(_write(tmp_path, "naive.toml", "family = "))
+    path = _write(tmp_path, "naive.toml", 'family = "naive"\n[[variant]]\nname = "x"\ndtype = "float32"\nbm = 3\n')
+    with pytest.raises(CatalogueError, match="needs `name` and `dtype`"):
+        registry._load_file(path)
+
+
+def test_unknown_family_file(tmp_path):
+    with pytest.raises(UnknownVariantError, match="unknown family 'naiv'.*naive"):
+        registry._load_file(_write(tmp_path, "naiv.toml", 'family = "naiv"\n'))
+
+
+@pytest.mark.parametrize("params,param,match", [
+    ({"BM": "16"}, "BM", "an integer"),  # a parameter is a number, never text pasted into CUDA
+    ({"BM": 16.0}, "BM", "an integer"),
+    ({"BM": True}, "BM", "an integer"),
+    ({"BM": 0}, "BM", ">= 1"),
+    ({"BM": 64, "BN": 64}, "threads", "between 32 and 1024"),
+    ({"TM": 4}, "TM", "a parameter of family 'naive'"),
+    ({"SWIZZLE": -1}, "SWIZZLE", ">= 0"),
+])
+def test_bad_parameters_are_named(params, param, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        registry.make_variant(registry.family("naive"), "x", "float32", params)
+    assert info.value.param == param
+
+
+def test_bad_dtype_and_acc():
+    fam = registry.family("sliced_k")
+    with pytest.raises(ConfigError, match="dtype"):
+        registry.make_variant(fam, "x", "float64", {})
+    with pytest.raises(ConfigError, match="acc"):
+        registry.make_variant(fam, "x", "float32", {}, acc="float16")
+
+
+def test_static_smem_rule():
+    with pytest.raises(ConfigError, match="48 KB"):
+        registry.make_variant(registry.family("sliced_k"), "x", "float32", {"BM": 32, "BN": 32, "BK": 256})
+
+
+def test_unknown_variant_suggests():
+    with pytest.raises(UnknownVariantError, match="did you mean 'sgemm_sliced_k_f32'"):
+        cupy_gemm.get("sgemm_slicedk_f32")
+
+
+def test_render_family_and_overrides():
+    src = cupy_gemm.render("sliced_k", BK=16, PAD=4)
+    assert "BK = 16" in src and "PAD = 4" in src
+    assert "SWIZZLE = 2048" in cupy_gemm.render("sgemm_naive_f32", SWIZZLE=2048)
+    with pytest.raises(UnknownVariantError):
+        cupy_gemm.render("no_such_thing")
+
+
+def test_variants_filter():
+    assert "sgemm_naive_f32" in cupy_gemm.variants("float32")
+    assert "sgemm_naive_f32" not in cupy_gemm.variants("float16")
+    assert set(cupy_gemm.variants(family="naive")) >= {"sgemm_naive_f32", "hgemm_naive_f16"}
+    with pytest.raises(UnknownVariantError):
+        cupy_gemm.variants(family="nope")
+
+
+def test_defaults_exist_for_every_dtype():
+    for dtype in ("float32", "float16", "bfloat16"):
+        for cc in (80, 90):
+            name = cupy_gemm.default_variant(dtype, cc)
+            v = CATALOGUE[name]
+            assert v.dtype == dtype and v.acc != "float16"
+            if dtype == "float32":
+                assert v.acc == "float32", "float32 stays exact unless CUPY_TF32=1"
