@@ -1,0 +1,123 @@
+"""Host side of the tensor-memory accelerator: CUtensorMap descriptors for Hopper kernels.
+
+CuPy does not wrap cuTensorMapEncodeTiled, so this module calls it through ctypes on the CUDA driver
+(libcuda.so.1, already loaded by CuPy on a GPU machine). A tensor map is 128 opaque bytes that a kernel
+takes by value (`const __grid_constant__ CUtensorMap`); CuPy passes a NumPy array of size one by value,
+so a map is returned as such an array, its bytes 64-byte aligned as the driver's CUtensorMap type is.
+Encoding costs a driver call, so maps are cached per (address, dtype, shape, leading dimension, box).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from .errors import DeviceError, InputError
+
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+MAP_DTYPE = np.dtype((np.void, TENSOR_MAP_BYTES))
+
+# CUtensorMapDataType, and element sizes, by dtype name
+_DATA_TYPES = {"float16": (6, 2), "bfloat16": (9, 2), "float32": (7, 4)}
+_SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle by bytes
+_INTERLEAVE_NONE = 0
+_L2_PROMOTION_256B = 3  # fetch whole 256-byte L2 lines: tiles are read row by row
+_OOB_FILL_ZEROS = 0  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: elements outside the tensor read as zeros
+_CACHE_ENTRIES = 512
+
+_lock = threading.Lock()
+_cache: OrderedDict = OrderedDict()
+_driver = None
+
+
+def _encode_function():
+    global _driver
+    if _driver is None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise DeviceError(f"the CUDA driver (libcuda.so.1) could not be loaded ({e}); tensor maps for "
+                              f"Hopper kernels are encoded by the driver") from None
+        fn = lib.cuTensorMapEncodeTiled
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
+                       ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        errors = lib.cuGetErrorString
+        errors.restype = ctypes.c_int
+        errors.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        _driver = (fn, errors)
+    return _driver
+
+
+def _empty_map() -> np.ndarray:
+    """A (1,)-shaped array of one 128-byte void element whose bytes start on a 64-byte boundary."""
+    raw = np.zeros(TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN, dtype=np.uint8)
+    skip = -raw.ctypes.data % TENSOR_MAP_ALIGN
+    return raw[skip: skip + TENSOR_MAP_BYTES].view(MAP_DTYPE)
+
+
+def check_2d(ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
+             swizzle: int = 128) -> None:
+    """The copy engine's rules for a row-major matrix, as InputError (or ValueError for a bad box)."""
+    if dtype not in _DATA_TYPES:
+        raise InputError(f"tensor maps take {sorted(_DATA_TYPES)}, not {dtype}")
+    size = _DATA_TYPES[dtype][1]
+    if rows < 1 or cols < 1 or rows >= 2**32 or cols >= 2**32:
+        raise InputError(f"a tensor map needs 1 <= rows, cols < 2**32; got {rows}×{cols}")
+    if ptr % 16:
+        raise InputError(f"TMA needs a 16-byte aligned base address; got {ptr:#x}")
+    if ld < cols or (ld * size) % 16 or ld * size >= 2**40:
+        raise InputError(f"TMA needs a leading dimension >= cols whose byte stride is a multiple of 16 "
+                         f"(below 2**40); got ld={ld} for {cols} {dtype} columns")
+    if swizzle not in _SWIZZLE_MODES:
+        raise ValueError(f"swizzle must be one of {sorted(_SWIZZLE_MODES)} bytes; got {swizzle}")
+    if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256) or (box_cols * size) % 16:
+        raise ValueError(f"a TMA box is at most 256×256 with rows of a multiple of 16 bytes; "
+                         f"got {box_rows}×{box_cols} {dtype}")
+    if swizzle and box_cols * size > swizzle:
+        raise ValueError(f"with a {swizzle}-byte swizzle a box row holds at most {swizzle} bytes; "
+                         f"got {box_cols} {dtype} elements")
+
+
+def tensor_map_2d(ptr: int, dtype: str, *, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
+                  swizzle: int = 128) -> np.ndarray:
+    """The tensor map of a row-major rows×cols matrix at device address `ptr` with leading dimension `ld`
+    (elements), copied in boxes of box_rows×box_cols elements with a `swizzle`-byte shared-memory swizzle.
+    Elements outside the matrix read as zeros. Returns a cached (1,)-shaped array to pass to a kernel."""
+    key = (ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
+    code, size = _DATA_TYPES[dtype]
+    encode, error_string = _encode_function()
+    tensor_map = _empty_map()
+    dims = (ctypes.c_uint64 * 2)(cols, rows)  # innermost first
+    strides = (ctypes.c_uint64 * 1)(ld * size)  # bytes, for every dimension but the innermost
+    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
+    steps = (ctypes.c_uint32 * 2)(1, 1)
+    result = encode(tensor_map.ctypes.data, code, 2, ctypes.c_void_p(ptr), dims, strides, box, steps,
+                    _INTERLEAVE_NONE, _SWIZZLE_MODES[swizzle], _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
+    if result != 0:
+        text = ctypes.c_char_p()
+        error_string(result, ctypes.byref(text))
+        reason = text.value.decode() if text.value else f"error {result}"
+        raise DeviceError(f"cuTensorMapEncodeTiled refused a {rows}×{cols} {dtype} matrix (ld={ld}, box "
+                          f"{box_rows}×{box_cols}, swizzle {swizzle} B) at {ptr:#x}: {reason}")
+    with _lock:
+        _cache[key] = tensor_map
+        while len(_cache) > _CACHE_ENTRIES:
+            _cache.popitem(last=False)
+    return tensor_map
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()

@@ -1,0 +1,72 @@
+// ---- wgmma (sm_90a): warpgroup matrix multiply-accumulate from shared-memory descriptors ------------
+// Needs BN (the instruction's N) and DTYPE in the render context: the instruction's operand list has
+// BN / 2 accumulator registers, written out below, since inline PTX cannot take a register array.
+{% set NACC = BN // 2 %}
+{% set AB = "f16" if DTYPE == "float16" else "bf16" %}
+
+// Shared-memory matrix descriptor for a tile stored in 128-byte swizzled rows (the layout TMA writes
+// with CU_TENSOR_MAP_SWIZZLE_128B): start address, leading and stride byte offsets (all >> 4), and the
+// swizzle mode in bits 62-63. The swizzle pattern repeats every 8 rows (1024 bytes), so tiles start on
+// 1024-byte boundaries and the base-offset field stays 0. Built from the run-time address: NVRTC has been
+// seen to crash on wgmma whose descriptors were compile-time constants.
+__device__ __forceinline__ unsigned long long smem_desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)
+         | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16
+         | (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32
+         | 1ull << 62;
+}
+
+// Orders this warpgroup's register and shared-memory accesses before the wgmma that follow.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Wait until at most N committed groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+
+// Keeps the compiler from moving reads of an accumulator above the wgmma.wait_group that completes it.
+__device__ __forceinline__ void fence_operand(float& x) { asm volatile("" : "+f"(x) :: "memory"); }
+
+// Hand registers between warpgroups: the producer needs few, the consumers hold the accumulators.
+// Takes effect only under a register cap at entry: __launch_bounds__(THREADS, 1).
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
+
+// D(64×{{ BN }}, fp32) = A(64×16) · B(16×{{ BN }}) + (accumulate ? D : 0), {{ AB }} inputs.
+// A is K-major (rows of K contiguous); B is N-major (rows of N contiguous), hence the transpose bit
+// (imm-trans-b = 1), which 16-bit types allow. Accumulator register i of thread t of the warpgroup holds
+// row 16*(t/32) + (t%32)/4 + 8*((i/2)%2), column 8*(i/4) + 2*(t%4) + i%2.
+__device__ __forceinline__ void wgmma_m64n{{ BN }}k16(float (&d)[{{ NACC }}], unsigned long long desc_a,
+                                                    unsigned long long desc_b, int accumulate) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %{{ NACC + 2 }}, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n{{ BN }}k16.f32.{{ AB }}.{{ AB }}\n {"
+{% for i in range(0, NACC, 16) %}
+        "{% for j in range(i, i + 16) %}%{{ j }}{{ ', ' if j + 1 < NACC else '' }}{% endfor %}"
+{% endfor %}
+        "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1, 0, 1;\n}\n"
+{% for i in range(0, NACC, 8) %}
+        {{ ':' if i == 0 else ',' }} {% for j in range(i, i + 8) %}"+f"(d[{{ j }}]){{ ', ' if j % 8 != 7 else '' }}{% endfor %}
+
+{% endfor %}
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// Epilogue for one thread's pair of adjacent columns: C = alpha * acc + beta * C, with C read only
+// when beta != 0. The pair is one 4-byte access: the API pads N (and ldc) to a multiple of 8.
+__device__ __forceinline__ void store_pair(T_IN* p, float v0, float v1, float alpha, float beta) {
+    v0 *= alpha;
+    v1 *= alpha;
+    if (beta != 0.f) {
+        v0 = fmaf(beta, to_float(p[0]), v0);
+        v1 = fmaf(beta, to_float(p[1]), v1);
+    }
+    if constexpr (sizeof(T_IN) == 2) {
+        T_IN pair[2] = {from_float<T_IN>(v0), from_float<T_IN>(v1)};
+        *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(pair);
+    } else {
+        p[0] = from_float<T_IN>(v0);
+        p[1] = from_float<T_IN>(v1);
+    }
+}

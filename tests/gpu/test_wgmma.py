@@ -1,0 +1,104 @@
+"""The Hopper family on a Hopper GPU, beyond the generic variant suite: box edges of the copy engine,
+both epilogues, strided operands the tensor maps take in place, persistent tile walks, tensor maps."""
+import cupy
+import pytest
+
+import cupy_gemm
+from cupy_gemm import registry, tma, verify
+from cupy_gemm.errors import InputError
+from cupy_gemm.launch import compute_capability
+
+try:
+    import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
+except ImportError:
+    ml_dtypes = None
+
+HOPPER = cupy.cuda.is_available() and compute_capability(cupy.cuda.Device()) == 90
+pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a compute capability 9.0 GPU (sm_90a)")
+
+NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "wgmma"]
+FLAGSHIP = "hgemm_wgmma_m64n256k16_stages4_ws2"
+BF16 = "bgemm_wgmma_m64n256k16_stages4_ws2"
+
+# M, N, K around the 128×256 tile, the 64-element boxes and the 64-deep stages: K tails of 1 and 63,
+# N narrower than one box (boxes wholly outside the matrix), a single row, more tiles than SMs
+EDGES = [(1, 8, 1), (1, 264, 65), (129, 8, 64), (200, 520, 127), (64, 64, 4159), (2000, 2056, 200)]
+
+
+def _check(name, m, n, k, *, alpha=1.0, beta=0.0, a=None, b=None, c=None, seed=0):
+    v = registry.lookup(name)
+    a = verify.random_operand((m, k), v.dtype, seed) if a is None else a
+    b = verify.random_operand((k, n), v.dtype, seed + 1) if b is None else b
+    # poisoned unless C is an input: then the result must be the update of C
+    out = c.copy() if beta != 0 else cupy.full((m, n), cupy.nan, dtype=a.dtype)
+    cupy_gemm.gemm(a, b, c, alpha=alpha, beta=beta, variant=name, out=out)
+    ref, scale = verify.reference(a, b, c, alpha, beta)
+    verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
+    assert verdict.ok, f"{name} {m}x{n}x{k} alpha={alpha} beta={beta}: {verdict}"
+
+
+def _needs_bf16(name):
+    if registry.lookup(name).dtype == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+
+
+@pytest.mark.parametrize("m,n,k", EDGES, ids=[f"{m}x{n}x{k}" for m, n, k in EDGES])
+@pytest.mark.parametrize("name", NAMES)
+def test_box_edges(name, m, n, k):
+    _needs_bf16(name)
+    _check(name, m, n, k, seed=m + n + k)
+
+
+@pytest.mark.parametrize("name", [FLAGSHIP, BF16, "hgemm_wgmma_m64n256k16_stages4_ws2_regstore"])
+def test_both_epilogues(name):
+    """beta = 0 takes the TMA-store epilogue where the variant has one; beta != 0 stores from registers."""
+    _needs_bf16(name)
+    v = registry.lookup(name)
+    m, n, k = 333, 520, 190
+    c = verify.random_operand((m, n), v.dtype, 4)
+    _check(name, m, n, k, alpha=-0.5, c=c)              # beta = 0: c is not read (and not passed on)
+    _check(name, m, n, k, alpha=0.5, beta=2.0, c=c)
+    _check(name, m, n, k, alpha=0.0, beta=1.0, c=c)     # alpha = 0: C scaled by beta only
+
+
+@pytest.mark.parametrize("name", [FLAGSHIP, BF16])
+def test_strided_operands_used_in_place(name):
+    """Row strides that are multiples of 8 elements go to the copy engine as they are."""
+    _needs_bf16(name)
+    v = registry.lookup(name)
+    m, n, k = 300, 264, 136
+    a_big = verify.random_operand((m, k + 24), v.dtype, 1)
+    b_big = verify.random_operand((k, n + 40), v.dtype, 2)
+    out_big = cupy.full((m, n + 56), cupy.nan, dtype=a_big.dtype)
+    a, b, out = a_big[:, 8:8 + k], b_big[:, :n], out_big[:, 16:16 + n]
+    cupy_gemm.matmul(a, b, variant=name, out=out)
+    ref, scale = verify.reference(a, b)
+    assert verify.check(out, ref, scale, v.dtype, v.acc, k).ok
+    assert cupy.isnan(out_big[:, :16]).all() and cupy.isnan(out_big[:, 16 + n:]).all(), "wrote outside out"
+
+
+def test_unaligned_leading_dimensions_are_padded():
+    """ld = 1001 elements is no multiple of 16 bytes: the API pads instead of handing TMA a bad map."""
+    v = registry.lookup(FLAGSHIP)
+    a = verify.random_operand((257, 1001), v.dtype, 3)[:, :999]
+    b = verify.random_operand((999, 1001), v.dtype, 4)
+    out = cupy.full((257, 1001), cupy.nan, dtype=a.dtype)
+    cupy_gemm.matmul(a, b, variant=FLAGSHIP, out=out)
+    ref, scale = verify.reference(a, b)
+    assert verify.check(out, ref, scale, v.dtype, v.acc, 999).ok
+
+
+def test_many_tiles_per_block():
+    """8192×4096 is 1024 tiles of 128×256: every persistent block walks several, across tile borders."""
+    _check(FLAGSHIP, 8192, 4096, 320, seed=9)
+
+
+def test_tensor_maps_are_cached_and_checked():
+    x = cupy.zeros((64, 128), dtype=cupy.float16)
+    first = tma.tensor_map_2d(x.data.ptr, "float16", rows=64, cols=128, ld=128, box_rows=64, box_cols=64)
+    again = tma.tensor_map_2d(x.data.ptr, "float16", rows=64, cols=128, ld=128, box_rows=64, box_cols=64)
+    other = tma.tensor_map_2d(x.data.ptr, "float16", rows=64, cols=128, ld=128, box_rows=128, box_cols=64)
+    assert first is again and other is not first
+    assert first.shape == (1,) and first.nbytes == 128 and bytes(first.tobytes()) != bytes(128)
+    with pytest.raises(InputError, match="16-byte aligned"):
+        tma.tensor_map_2d(x.data.ptr + 2, "float16", rows=64, cols=120, ld=128, box_rows=64, box_cols=64)

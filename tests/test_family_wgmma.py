@@ -1,0 +1,124 @@
+"""The Hopper family on the CPU: its rules, its rendered PTX, GPU-free sm_90a compiles, tensor-map checks."""
+import numpy as np
+import pytest
+
+from cupy_gemm import tma
+from cupy_gemm.compile import compile_variant
+from cupy_gemm.errors import CompileError, ConfigError, DeviceError, InputError
+from cupy_gemm.registry import Variant, catalogue, family, make_variant
+from cupy_gemm.render import render
+
+WGMMA = family("wgmma")
+NAMES = [n for n, v in catalogue().items() if v.family is WGMMA]
+FLAGSHIP = "hgemm_wgmma_m64n256k16_stages4_ws2"
+
+
+def test_family_declares_hopper():
+    assert WGMMA.needs_sm90a and WGMMA.abi == "tma" and WGMMA.persistent == 1
+    assert WGMMA.make_args is not None
+    p = catalogue()[FLAGSHIP].params
+    assert WGMMA.min_cc(p, "float16", "float32") == 90
+    assert WGMMA.align(p, "float16") == WGMMA.align(p, "bfloat16") == 8  # 16-byte TMA strides and bases
+    assert WGMMA.threads(p) == 128 * (p["CONSUMERS"] + 1)
+    assert set(WGMMA.dtypes) == {"float16", "bfloat16"}  # no TF32: wgmma transposes only 16-bit B
+
+
+def test_catalogue_has_fp16_and_bf16_defaults():
+    assert FLAGSHIP in NAMES and "bgemm_wgmma_m64n256k16_stages4_ws2" in NAMES
+    assert {catalogue()[n].dtype for n in NAMES} == {"float16", "bfloat16"}
+
+
+@pytest.mark.parametrize("params,param", [
+    ({"BM": 64, "CONSUMERS": 2}, "BM"),                         # a consumer would get 32 rows
+    ({"BM": 96, "CONSUMERS": 1, "BN": 128}, "BM"),
+    ({"BN": 96}, "BN"),                                         # B boxes are 64 columns wide
+    ({"BN": 320}, "BN"),                                        # above wgmma's N
+    ({"BK": 32}, "BK"),                                         # shorter than a 128-byte swizzle row
+    ({"BM": 256, "CONSUMERS": 1, "BN": 256, "STAGES": 2}, "BN"),  # 512 accumulators per thread
+    ({"CONSUMERS": 3}, "CONSUMERS"),
+    ({"STAGES": 5}, "smem"),                                    # 5 × 48 KB + staging > 227 KB
+    ({"STAGES": 1}, "STAGES"),
+    ({"TMA_STORE": 2}, "TMA_STORE"),
+    ({"SWIZZLE": -1}, "SWIZZLE"),
+])
+def test_rules_name_the_parameter(params, param):
+    with pytest.raises(ConfigError) as e:
+        make_variant(WGMMA, "bad", "float16", {**catalogue()[FLAGSHIP].params, **params})
+    assert e.value.param == param
+
+
+def test_float32_is_refused():
+    with pytest.raises(ConfigError, match="dtype"):
+        make_variant(WGMMA, "bad", "float32", {})
+
+
+def test_smem_accounts_for_ring_staging_and_alignment():
+    p = dict(catalogue()[FLAGSHIP].params)
+    stage = (128 * 64 + 64 * 256) * 2
+    assert WGMMA.smem_bytes(p, "float16", "float32") == 4 * stage + 2 * 2 * 64 * 64 * 2 + 1024 + 16 * 4
+    p["TMA_STORE"] = 0
+    assert WGMMA.smem_bytes(p, "float16", "float32") == 4 * stage + 1024 + 16 * 4
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_renders_the_intended_instructions(name):
+    v = catalogue()[name]
+    src = render(v)
+    ab = "f16" if v.dtype == "float16" else "bf16"
+    assert f"wgmma.mma_async.sync.aligned.m64n{v.params['BN']}k16.f32.{ab}.{ab}" in src
+    assert "p, 1, 1, 0, 1;" in src  # scale-d from a predicate, A K-major, B transposed (N-major)
+    assert "cp.async.bulk.tensor.2d" in src and "__grid_constant__" in src
+    assert "__launch_bounds__(THREADS, 1)" in src  # setmaxnreg needs a register cap at entry
+    assert "wgmma.wait_group.sync.aligned %0" in src and "wgmma_wait<1>()" in src  # groups overlap
+    assert "{{" not in src and "{%" not in src
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compiles_for_sm90a_without_spills(name):
+    v = catalogue()[name]
+    res = compile_variant(v, "sm_90a").resources
+    assert res.local == 0 and res.spill_stores == 0 and res.spill_loads == 0, res
+    assert 0 < res.registers <= 255
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_refuses_targets_without_wgmma(arch):
+    with pytest.raises(DeviceError, match="sm_90a|sm_90 or newer"):
+        compile_variant(catalogue()[FLAGSHIP], arch)
+
+
+def test_static_asserts_mirror_the_rules():
+    """A parameter set that skipped the Python rules fails in NVRTC with the rule's words."""
+    good = catalogue()[FLAGSHIP]
+    bad = Variant(name="unchecked", family=WGMMA, dtype="float16", acc="float32",
+                  params={**good.params, "BM": 64})
+    with pytest.raises(CompileError, match="BM must be a multiple of 64 \\* CONSUMERS"):
+        compile_variant(bad, "sm_90a")
+
+
+def test_tensor_map_buffer_is_one_aligned_128_byte_value():
+    m = tma._empty_map()
+    assert m.shape == (1,) and m.dtype.itemsize == 128 and m.nbytes == 128
+    assert m.ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    (dict(ptr=8), InputError),                          # base not 16-byte aligned
+    (dict(ld=100), InputError),                         # 200-byte rows: stride not a multiple of 16
+    (dict(ld=40), InputError),                          # ld < cols
+    (dict(rows=0), InputError),
+    (dict(box_cols=128), ValueError),                   # 256-byte box rows exceed the 128-byte swizzle
+    (dict(box_rows=512), ValueError),
+    (dict(dtype="float64"), InputError),
+])
+def test_tensor_map_rules_are_checked_before_the_driver(kwargs, error):
+    args = dict(ptr=1 << 20, dtype="float16", rows=100, cols=64, ld=64, box_rows=64, box_cols=64)
+    args.update(kwargs)
+    with pytest.raises(error):
+        tma.check_2d(**args)
+
+
+def test_tensor_map_rules_accept_padded_operands():
+    tma.check_2d(1 << 20, "bfloat16", 1, 8, 8, 128, 64)        # one row, box larger than the matrix
+    tma.check_2d(1 << 20, "float16", 4095, 4096, 4104, 128, 64)
+    assert np.dtype(tma.MAP_DTYPE).itemsize == tma.TENSOR_MAP_BYTES
