@@ -160,6 +160,7 @@ class Plan:
                 out = cupy.empty((m, n), dtype=self.problem.dtype)
         self.a, self.b, self.c, self.out = a, b, c, out
         self.alpha, self.beta = float(alpha), float(beta)
+        self._fixed_launch = None  # when no operand needs copying, the prepared launch is reused
         if self.variant != CUBLAS:
             with self.device:  # compile and load now: errors surface here, not in the first timed call
                 launch.load(self.variant, self.device)
@@ -180,13 +181,19 @@ class Plan:
                 return out
             if self.variant == CUBLAS:
                 return _cublas(a, b, out, alpha, beta)
+            if self._fixed_launch is not None and self._fixed_launch[0] == beta:
+                self._fixed_launch[1]()
+                return out
             fam = self.variant.family
             ops = operands.resolve(a, b, out, fam.layout, fam.align(self.variant.params, self.variant.dtype))
-            launch.launch(self.variant, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k,
-                          ops.lda, ops.ldb, ops.ldc, alpha, beta)
+            run = launch.prepare(self.variant, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k,
+                                 ops.lda, ops.ldb, ops.ldc, alpha, beta)
+            run()
             if ops.copy_back is not None:
                 dest, src = ops.copy_back
                 dest[...] = src
+            if ops.zero_copy:
+                self._fixed_launch = (beta, run)
         return out
 
 

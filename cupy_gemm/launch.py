@@ -39,27 +39,31 @@ def compute_capability(device) -> int:
     return int(device.compute_capability)
 
 
-_loaded: dict[tuple[str, int], object] = {}
+_loaded: dict[tuple, tuple[object, Compiled]] = {}
+
+
+def _identity(variant: Variant, device) -> tuple:
+    return (variant.family.name, variant.name, variant.dtype, variant.acc, tuple(variant.params.items()), device.id)
 
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
     """Compile (cached) for the device and load the kernel onto it. Returns (RawKernel, Compiled)."""
     import cupy
 
+    identity = _identity(variant, device)  # checked first: rendering and hashing cost ~0.5 ms a call
+    if identity in _loaded:
+        return _loaded[identity]
     compiled = compile_variant(variant, arch_for(variant, compute_capability(device)))
-    cache_key = (compiled.key, device.id)
-    kernel = _loaded.get(cache_key)
-    if kernel is None:
-        with device:
-            kernel = cupy.RawModule(path=str(image_file(compiled))).get_function(KERNEL_NAME)
-            smem = variant.family.smem_bytes(variant.params, variant.dtype, variant.acc)
-            limit = device.attributes["MaxSharedMemoryPerBlockOptin"]
-            if smem + compiled.resources.static_smem > limit:
-                raise ConfigError("smem", smem, f"at most {limit - compiled.resources.static_smem} bytes of "
-                                  f"dynamic shared memory on this GPU", where=variant.name)
-            if smem > 48 * 1024:  # above 48 KB a kernel must opt in
-                kernel.max_dynamic_shared_size_bytes = smem
-        _loaded[cache_key] = kernel
+    with device:
+        kernel = cupy.RawModule(path=str(image_file(compiled))).get_function(KERNEL_NAME)
+        smem = variant.family.smem_bytes(variant.params, variant.dtype, variant.acc)
+        limit = device.attributes["MaxSharedMemoryPerBlockOptin"]
+        if smem + compiled.resources.static_smem > limit:
+            raise ConfigError("smem", smem, f"at most {limit - compiled.resources.static_smem} bytes of "
+                              f"dynamic shared memory on this GPU", where=variant.name)
+        if smem > 48 * 1024:  # above 48 KB a kernel must opt in
+            kernel.max_dynamic_shared_size_bytes = smem
+    _loaded[identity] = (kernel, compiled)
     return kernel, compiled
 
 
@@ -68,10 +72,11 @@ def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
             np.float32(alpha), np.float32(beta))
 
 
-def launch(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> None:
-    """Run the variant on CuPy's current stream. Operands are already in the family's layout and alignment."""
+def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta):
+    """Everything a launch needs, for operands already in the family's layout and alignment:
+    a callable that launches on CuPy's current stream."""
     kernel, _ = load(variant, device)
     cfg = launch_config(variant, m, n, k, device.attributes["MultiProcessorCount"])
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
-    kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
+    return lambda: kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)

@@ -128,6 +128,11 @@ class Operands:
     ldb: int
     ldc: int
     copy_back: object = None  # (destination, source view) to copy after the kernel, or None
+    copied: bool = False  # some operand is a copy: a repeated call must copy again
+
+    @property
+    def zero_copy(self) -> bool:
+        return not self.copied and self.copy_back is None
 
 
 def _fits(x, order: str, align: int) -> int | None:
@@ -171,7 +176,8 @@ def _direct(a, b, c, layout, align, copy_back) -> Operands:
     A = a if _fits(a, layout, align) is not None else _copy(cupy, a, layout)
     B = b if _fits(b, layout, align) is not None else _copy(cupy, b, layout)
     ld = lambda x: leading_dim(x.shape, x.strides, x.itemsize, layout)
-    return Operands(A, B, c, c.shape[0], c.shape[1], a.shape[1], ld(A), ld(B), ld(c), copy_back)
+    return Operands(A, B, c, c.shape[0], c.shape[1], a.shape[1], ld(A), ld(B), ld(c), copy_back,
+                    copied=A is not a or B is not b)
 
 
 def _empty(cupy, shape, dtype, layout):
