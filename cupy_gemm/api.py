@@ -1,8 +1,6 @@
 """The Python API on CuPy arrays: matmul, gemm, plan, get, variants, render."""
 from __future__ import annotations
 
-from typing import Mapping
-
 import numpy as np
 
 from . import compile as _compile
@@ -127,9 +125,9 @@ def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
         cc = launch.compute_capability(cupy.cuda.Device(problem.device_id))
         name = None
         if variant == AUTO:
-            from . import tune
-            name = tune.lookup(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
-                               problem.m, problem.n, problem.k)
+            from . import tuning
+            name = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
+                                         problem.m, problem.n, problem.k)
         variant = name or default_variant(problem.dtype, cc)
     if isinstance(variant, str):
         if variant == CUBLAS:
@@ -166,10 +164,9 @@ class Plan:
                 launch.load(self.variant, self.device)
 
     def __call__(self):
-        import cupy
         a, b, c, out, alpha, beta = self.a, self.b, self.c, self.out, self.alpha, self.beta
         with self.device:
-            if beta != 0 and c is not None and c is not out and not operands._same_view(c, out):
+            if beta != 0 and c is not None and c is not out and not operands.same_view(c, out):
                 out[...] = c
             elif beta != 0 and c is None:
                 beta = 0.0  # BLAS: no C given means C = 0

@@ -105,12 +105,12 @@ def check(a, b, c, out, beta: float) -> Problem:
             if overlaps(out, x):
                 raise InputError(f"out overlaps {name}: the kernel would read what it overwrites; "
                                  f"pass a separate output array")
-        if c is not None and beta != 0 and overlaps(out, c) and not _same_view(out, c):
+        if c is not None and beta != 0 and overlaps(out, c) and not same_view(out, c):
             raise InputError("out partially overlaps c; pass out=c to update c in place, or separate arrays")
     return Problem(m, n, k, a.dtype, a.device.id)
 
 
-def _same_view(x, y) -> bool:
+def same_view(x, y) -> bool:
     return x.data.ptr == y.data.ptr and x.shape == y.shape and x.strides == y.strides
 
 

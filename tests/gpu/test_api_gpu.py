@@ -1,6 +1,5 @@
 """The API on real CuPy arrays: bad input raises before launch, defaults, baselines, large indices."""
 import cupy
-import numpy as np
 import pytest
 
 import cupy_gemm
