@@ -1,11 +1,11 @@
-// ---- vectorised epilogue: VEC consecutive columns of a row-major C in one access each way ---------
-// Needs common/vec.cuh. For families whose `align` makes N, ldc and C's base multiples of VEC: the VEC
+// ---- vectorised epilogue: VEC consecutive elements along C's contiguous dimension, one access each way
+// (columns when row-major, rows when column-major). Needs common/vec.cuh. For families whose `align`
+// makes that dimension's extent, ldc and C's base multiples of VEC: the VEC
 // elements are then all inside C or all outside, and their address is aligned to the vector size, so
 // one bounds check and one access cover them. C is read only when beta != 0, as in store_c.
 template <int VEC, typename T, typename TA>
 __device__ __forceinline__ void store_c_vec(T* __restrict__ C, long long ldc, int M, int N, int row, int col,
                                             const TA (&acc)[VEC], float alpha, float beta) {
-    static_assert(!COL_MAJOR, "store_c_vec writes VEC consecutive columns of a row-major C");
     if (row >= M || col >= N) return;
     T* p = C + offset(row, col, ldc);
     alignas(16) T old[VEC];

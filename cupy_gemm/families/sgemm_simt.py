@@ -1,0 +1,86 @@
+"""CUDA-core SGEMM with register tiles: the LeetCUDA `sgemm_t_*_sliced_k*_f32x4*` ladder in one template.
+
+Row-major fp32 (inputs, output, accumulation). Each thread owns a TM×TN tile of C made of float4
+groups; the flags add the seed's steps one by one: A transposed in shared memory (BCF), row padding
+(PAD, the seed's OFFSET), a register-staged double buffer (DBUF) and cp.async copies (ASYNC).
+"""
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .base import Family, Param, flag
+
+
+def _threads(p) -> int:
+    return (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
+
+
+def _smem_bytes(p, dtype, acc) -> int:
+    stages = 2 if p["DBUF"] else 1
+    a_stage = p["BK"] * (p["BM"] + p["PAD"]) if p["BCF"] else p["BM"] * (p["BK"] + p["PAD"])
+    b_stage = p["BK"] * (p["BN"] + p["PAD"])
+    return stages * (a_stage + b_stage) * 4
+
+
+def _rules(p, dtype, acc):
+    """Each constraint once; templates/sgemm_simt.cu.j2 repeats it as a static_assert in the same words."""
+    if p["TM"] % 4:
+        yield ConfigError("TM", p["TM"], "a multiple of 4 (a thread's rows are read as float4 fragments)")
+    if p["TN"] % 4:
+        yield ConfigError("TN", p["TN"], "a multiple of 4 (a thread's columns are read as float4 fragments)")
+    if p["TM"] * p["TN"] > 128:
+        yield ConfigError("TN", p["TN"], f"at most {128 // p['TM']} so that TM*TN is at most 128 accumulators "
+                                         "per thread (255 registers)")
+    if p["BM"] % (4 * p["TM"]):
+        yield ConfigError("BM", p["BM"], f"a multiple of 4*TM={4 * p['TM']} (a warp is 4 threads along M, "
+                                         "each owning TM rows)")
+    if p["BN"] % (8 * p["TN"]):
+        yield ConfigError("BN", p["BN"], f"a multiple of 8*TN={8 * p['TN']} (a warp is 8 threads along N, "
+                                         "each owning TN columns)")
+    if p["BK"] % 4:
+        yield ConfigError("BK", p["BK"], "a multiple of 4 (A is loaded as float4 along K)")
+    if p["PAD"] % 4:
+        yield ConfigError("PAD", p["PAD"], "a multiple of 4 (shared rows stay 16-byte aligned for float4)")
+    threads = _threads(p)
+    if p["BM"] * p["BK"] // 4 % threads:
+        yield ConfigError("BK", p["BK"], f"a value that makes the A tile's BM*BK/4 float4 loads a multiple of "
+                                         f"the block's {threads} threads")
+    if p["BK"] * p["BN"] // 4 % threads:
+        yield ConfigError("BK", p["BK"], f"a value that makes the B tile's BK*BN/4 float4 loads a multiple of "
+                                         f"the block's {threads} threads")
+    if threads * p["MINB"] > 2048:
+        yield ConfigError("MINB", p["MINB"], f"at most {max(1, 2048 // threads)} (an SM holds 2048 threads; "
+                                             f"a block has {threads})")
+    if p["ASYNC"] and not p["DBUF"]:
+        yield ConfigError("ASYNC", p["ASYNC"], "0 unless DBUF=1 (the copy of the next slice overlaps the "
+                                               "current one)")
+
+
+SGEMM_SIMT = Family(
+    name="sgemm_simt",
+    template="sgemm_simt.cu.j2",
+    doc="fp32 CUDA-core GEMM: TM×TN float4 register tiles, optional transposed A, padding, "
+        "double buffer and cp.async",
+    params=(
+        Param("BM", 128, "rows of C per block", lo=16, hi=512),
+        Param("BN", 128, "columns of C per block", lo=32, hi=512),
+        Param("BK", 8, "depth of the K slice staged in shared memory", lo=4, hi=64),
+        Param("TM", 8, "rows of C per thread, in float4 groups BM/(TM/4) apart", lo=4, hi=32),
+        Param("TN", 8, "columns of C per thread, in float4 groups BN/(TN/4) apart", lo=4, hi=32),
+        Param("PAD", 0, "floats appended to each shared-memory row (the seed's OFFSET)", lo=0, hi=32),
+        Param("MINB", 1, "blocks per SM the register budget must allow (__launch_bounds__ minimum)", lo=1, hi=8),
+        Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        flag("BCF", "store A transposed in shared memory so fragments are float4 reads (bank-conflict free)"),
+        flag("DBUF", "double-buffer shared memory, one barrier per K slice"),
+        flag("ASYNC", "cp.async global->shared copies (sm_80+); needs DBUF"),
+    ),
+    dtypes={"float32": ("float32",)},
+    threads=_threads,
+    tile=lambda p: (p["BM"], p["BN"]),
+    smem_bytes=_smem_bytes,
+    align=lambda p, dtype: 4,  # float4 loads along K (A) and N (B), float4 stores along N (C)
+    rules=(_rules,),
+    layout="row",
+    min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
+)
+
+FAMILIES = (SGEMM_SIMT,)

@@ -1,0 +1,130 @@
+"""The fp32 CUDA-core register-tile family without a GPU: its rules (mirrored by the template), NVRTC
+compiles with no spills, and the instructions each flag is there to produce."""
+import re
+
+import pytest
+
+from cupy_gemm import registry
+from cupy_gemm.compile import compile_variant
+from cupy_gemm.errors import CompileError, ConfigError
+from cupy_gemm.registry import Variant, make_variant
+
+FAMILY = registry.family("sgemm_simt")
+VARIANTS = {n: v for n, v in registry.catalogue().items() if v.family is FAMILY}
+# the template's text with adjacent string literals joined, as the compiler joins them
+TEMPLATE = re.sub(r'"\s*\n\s*"', "", (registry.data_dir("templates") / "sgemm_simt.cu.j2").read_text())
+
+SEED = ["sgemm_t_8x8_sliced_k_f32x4", "sgemm_t_8x8_sliced_k_f32x4_bcf", "sgemm_t_8x8_sliced_k_f32x4_bcf_offset",
+        "sgemm_t_8x8_sliced_k_f32x4_bcf_dbuf", "sgemm_t_8x8_sliced_k_f32x4_bcf_dbuf_offset",
+        "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async",
+        "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf", "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_async",
+        "sgemm_t_8x16_sliced_k16_f32x4_bcf_dbuf", "sgemm_t_8x16_sliced_k16_f32x4_bcf_dbuf_async"]
+
+
+def test_the_seed_kernels_are_all_there():
+    assert not [n for n in SEED if n not in VARIANTS]
+    assert len(VARIANTS) > len(SEED)  # and shapes tuned beyond the seed
+
+
+@pytest.mark.parametrize("name,tile,threads,bk", [
+    ("sgemm_t_8x8_sliced_k_f32x4", (128, 128), 256, 8),
+    ("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", (128, 128), 256, 16),
+    ("sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf", (64, 64), 128, 16),
+    ("sgemm_t_8x16_sliced_k16_f32x4_bcf_dbuf", (128, 256), 256, 16),
+])
+def test_seed_shapes(name, tile, threads, bk):
+    v = VARIANTS[name]
+    assert FAMILY.tile(v.params) == tile and FAMILY.threads(v.params) == threads and v.params["BK"] == bk
+
+
+def test_names_match_flags():
+    for name, v in VARIANTS.items():
+        p = v.params
+        assert p["BCF"] == ("_bcf" in name), name
+        assert p["DBUF"] == ("_dbuf" in name), name
+        assert p["ASYNC"] == name.endswith(("_async", "_async_swizzle")), name
+        assert (p["PAD"] == 4) == ("_offset" in name), name
+        assert (p["SWIZZLE"] > 0) == name.endswith("_swizzle"), name
+        tm, tn = re.search(r"_t_(\d+)x(\d+)_", name).groups()
+        assert (p["TM"], p["TN"]) == (int(tm), int(tn)), name
+
+
+def test_fp32_only_with_alignment_and_arch_from_the_flags():
+    assert set(FAMILY.dtypes) == {"float32"} and FAMILY.layout == "row"
+    for v in VARIANTS.values():
+        assert v.acc == "float32"
+        assert FAMILY.align(v.params, "float32") == 4  # float4 loads along K and N, float4 stores along N
+        assert FAMILY.min_cc(v.params, "float32", "float32") == (80 if v.params["ASYNC"] else 70)
+
+
+def test_smem_follows_the_layout():
+    base = dict(BM=128, BN=128, BK=8, TM=8, TN=8, PAD=0, BCF=1, DBUF=0, ASYNC=0)
+    assert FAMILY.smem_bytes(base, "float32", "float32") == (8 * 128 + 8 * 128) * 4
+    assert FAMILY.smem_bytes(dict(base, PAD=4, DBUF=1), "float32", "float32") == 2 * (8 * 132 + 8 * 132) * 4
+    assert FAMILY.smem_bytes(dict(base, BCF=0), "float32", "float32") == (128 * 8 + 8 * 128) * 4
+    # the template's static_assert compares the same number with its own layout on every compile
+
+
+# ---- constraints: each raises ConfigError naming the parameter, and the template says the same ----------
+BASE = dict(BM=128, BN=128, BK=8, TM=8, TN=8, BCF=1, DBUF=1)
+RULES = [
+    (dict(BASE, BM=96, TM=6), "TM", "(a thread's rows are read as float4 fragments)"),
+    (dict(BASE, BN=96, TN=6), "TN", "(a thread's columns are read as float4 fragments)"),
+    (dict(BASE, BN=256, TM=16, TN=16), "TN", "at most 128 accumulators per thread (255 registers)"),
+    (dict(BASE, BM=80), "BM", "(a warp is 4 threads along M, each owning TM rows)"),
+    (dict(BASE, BN=96), "BN", "(a warp is 8 threads along N, each owning TN columns)"),
+    (dict(BASE, BK=6), "BK", "(A is loaded as float4 along K)"),
+    (dict(BASE, PAD=2), "PAD", "(shared rows stay 16-byte aligned for float4)"),
+    (dict(BASE, BM=64, BN=256, BK=4), "BK", "the A tile's BM*BK/4 float4 loads a multiple of"),
+    (dict(BASE, BM=256, BN=64, BK=4), "BK", "the B tile's BK*BN/4 float4 loads a multiple of"),
+    (dict(BASE, BN=256, BK=16, MINB=8), "MINB", "an SM holds 2048 threads"),
+    (dict(BASE, DBUF=0, ASYNC=1), "ASYNC", "(the copy of the next slice overlaps the current one)"),
+]
+
+
+@pytest.mark.parametrize("params,param,words", RULES, ids=[f"{r[1]}-{i}" for i, r in enumerate(RULES)])
+def test_constraint_errors(params, param, words):
+    with pytest.raises(ConfigError, match=re.escape(words)) as info:
+        make_variant(FAMILY, "bad", "float32", params)
+    assert info.value.param == param
+    assert words in TEMPLATE  # the static_assert repeats the rule's words
+
+
+@pytest.mark.parametrize("params,param,words", [RULES[0], RULES[4], RULES[10]], ids=["TM", "BN", "ASYNC"])
+def test_template_refuses_what_the_rules_refuse(params, param, words, tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    bad = Variant("bad", FAMILY, "float32", "float32", FAMILY.complete(params))  # past the Python check
+    with pytest.raises(CompileError, match=re.escape(words)):
+        compile_variant(bad, "sm_80")
+
+
+def test_flags_are_checked_like_every_parameter():
+    with pytest.raises(ConfigError) as info:
+        make_variant(FAMILY, "bad", "float32", dict(BASE, BCF=2))
+    assert info.value.param == "BCF"
+    with pytest.raises(ConfigError) as info:
+        make_variant(FAMILY, "bad", "float16", BASE)
+    assert info.value.param == "dtype"
+
+
+# ---- every variant compiles GPU-free, without spilling -------------------------------------------------
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_compiles_without_spills(name, arch):
+    res = compile_variant(VARIANTS[name], arch).resources
+    assert 0 < res.registers <= 255
+    assert res.local == res.spill_stores == res.spill_loads == 0, res
+    if VARIANTS[name].params["MINB"] == 2:
+        assert res.registers <= 128  # what two blocks of 256 threads per SM need
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_the_flags_show_in_the_ptx(name):
+    v = VARIANTS[name]
+    ptx = compile_variant(v, "compute_80").image.decode()
+    assert ("cp.async" in ptx) == bool(v.params["ASYNC"])
+    assert "st.global.v4" in ptx  # the vectorised epilogue
+    if not v.params["ASYNC"]:
+        assert "ld.global.nc.v4.f32" in ptx  # float4 loads of A and B
+    if v.params["BCF"]:  # every fragment read is a float4: none is scalar
+        assert "ld.shared.v4.f32" in ptx and "ld.shared.f32" not in ptx
