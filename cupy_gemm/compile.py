@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,7 +160,7 @@ def _nvrtc(variant: Variant, arch: str, options, source: str, key: str) -> Compi
         except lib.NVRTCError:
             raise _compile_error(variant, arch, source, lib.getProgramLog(prog)) from None
         log = lib.getProgramLog(prog)
-        image = lib.getPTX(prog) if arch.startswith("compute_") else lib.getCUBIN(prog)
+        image = lib.getPTX(prog) if arch.startswith("compute_") else _whole_elf(lib.getCUBIN(prog))
     finally:
         lib.destroyProgram(prog)
     compiled = Compiled(variant.name, arch, tuple(options), image, log, key)
@@ -171,6 +172,25 @@ def _nvrtc(variant: Variant, arch: str, options, source: str, key: str) -> Compi
         except OSError:
             pass  # a read-only cache folder costs a recompile, nothing more
     return compiled
+
+
+def _whole_elf(image: bytes) -> bytes:
+    """CuPy's getCUBIN can drop a trailing zero byte of the ELF image: the driver does not mind, but
+    cuobjdump and nvdisasm reject the file. Restore the length the ELF headers describe."""
+    if image[:4] != b"\x7fELF" or image[4] != 2:  # 64-bit ELF only
+        return image
+    e_shoff, = struct.unpack_from("<Q", image, 0x28)
+    e_shentsize, e_shnum = struct.unpack_from("<HH", image, 0x3A)
+    end = e_shoff + e_shentsize * e_shnum
+    for i in range(e_shnum):  # sections may lie after the section header table
+        base = e_shoff + i * e_shentsize
+        if base + 0x28 > len(image):
+            break
+        sh_type, = struct.unpack_from("<I", image, base + 4)
+        sh_offset, sh_size = struct.unpack_from("<QQ", image, base + 0x18)
+        if sh_type != 8:  # SHT_NOBITS occupies no file space
+            end = max(end, sh_offset + sh_size)
+    return image + b"\0" * (end - len(image)) if end > len(image) else image
 
 
 def _compile_error(variant: Variant, arch: str, source: str, log: str) -> CompileError:
