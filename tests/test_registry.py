@@ -118,3 +118,10 @@ def test_defaults_exist_for_every_dtype():
             assert v.dtype == dtype and v.acc != "float16"
             if dtype == "float32":
                 assert v.acc == "float32", "float32 stays exact unless CUPY_TF32=1"
+
+
+def test_every_listed_default_is_in_the_catalogue():
+    from cupy_gemm.api import DEFAULTS
+    for key, names in DEFAULTS.items():
+        for name in names:
+            assert name in CATALOGUE, f"DEFAULTS[{key!r}] names {name!r}, which the catalogue lacks"

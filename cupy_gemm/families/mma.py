@@ -1,0 +1,127 @@
+"""Tensor cores through hand-written PTX: mma.sync m16n8k16 (float16, bfloat16) and m16n8k8 (tf32).
+
+Row-major A and B. STAGES K tiles in flight through 16-byte cp.async into dynamic shared memory,
+padded (A_PAD/B_PAD) or XOR-swizzled (SMEM_SWIZZLE) so that ldmatrix reads are bank-conflict free;
+fragments loaded with ldmatrix (x4 for A, x2/x4 .trans for B), optionally double-buffered in
+registers across the k steps of a tile (RBUF); an epilogue staged through shared memory with
+16-byte coalesced, guarded stores. The block tile is (WARPS_M*WARP_TILE_M*16) x (WARPS_N*WARP_TILE_N*8).
+TF32 rounds each landed stage to tf32 (cvt.rna) in shared memory, once per element per block; the
+caller's float32 inputs are never modified.
+"""
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .base import ACC_TYPES, CUDA_TYPES, Family, Param, flag
+
+# float16 accumulates in float32 by default; float16 accumulation serves the seed-named kernels.
+_DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("tf32",)}
+_ACC_BYTES = {"float": 4, "half": 2}
+C_PAD = 8  # accumulators added to each row of the staged C tile (the template's C_STRIDE)
+
+
+def _esize(dtype: str) -> int:
+    return CUDA_TYPES[dtype][1]
+
+
+def _vec(dtype: str) -> int:
+    """Elements in one 16-byte chunk (one cp.async, one ldmatrix row, one epilogue store)."""
+    return 16 // _esize(dtype)
+
+
+def _kstep(acc: str) -> int:
+    return 8 if acc == "tf32" else 16
+
+
+def tile(p) -> tuple[int, int]:
+    return p["WARPS_M"] * p["WARP_TILE_M"] * 16, p["WARPS_N"] * p["WARP_TILE_N"] * 8
+
+
+def threads(p) -> int:
+    return 32 * p["WARPS_M"] * p["WARPS_N"]
+
+
+def smem_bytes(p, dtype: str, acc: str) -> int:
+    """The larger of the cp.async pipeline and the epilogue's staged C tile (they share the space)."""
+    bm, bn = tile(p)
+    bk = p["BK"]
+    pipeline = p["STAGES"] * (bm * (bk + p["A_PAD"]) + bk * (bn + p["B_PAD"])) * _esize(dtype)
+    c_tile = bm * (bn + C_PAD) * _ACC_BYTES[ACC_TYPES[acc]]
+    return max(pipeline, c_tile)
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and not x & (x - 1)
+
+
+def _rules(p, dtype, acc):
+    esize, vec, kstep = _esize(dtype), _vec(dtype), _kstep(acc)
+    bm, bn = tile(p)
+    a_chunks, b_chunks = p["BK"] // vec, bn // vec
+    if p["BK"] % kstep:
+        yield ConfigError("BK", p["BK"], "a multiple of the k depth of one mma.sync (16 for 16-bit inputs, 8 for tf32)")
+        return
+    if p["RBUF"] and (p["BK"] // kstep) % 2:
+        yield ConfigError("BK", p["BK"], "an even number of mma k steps when RBUF=1 (the two fragment buffers "
+                          "alternate)")
+    if p["RBUF"] and p["STAGES"] == 1:
+        yield ConfigError("RBUF", 1, "0 when STAGES=1 (it prefetches fragments from the next pipeline stage)")
+    if p["B_X4"] and p["WARP_TILE_N"] % 2:
+        yield ConfigError("WARP_TILE_N", p["WARP_TILE_N"], "even when B_X4=1 (one ldmatrix.x4.trans loads two "
+                          "n8 tiles)")
+    for pad in ("A_PAD", "B_PAD"):
+        if (p[pad] * esize) % 16:
+            yield ConfigError(pad, p[pad], "a multiple of 16 bytes (8 halves, 4 floats): cp.async and ldmatrix "
+                              "need 16-byte aligned rows")
+        if p["SMEM_SWIZZLE"] and p[pad]:
+            yield ConfigError(pad, p[pad], "0 when SMEM_SWIZZLE=1 (the XOR swizzle replaces padding)")
+    if p["SMEM_SWIZZLE"]:
+        if a_chunks < 2 or not _pow2(a_chunks):
+            yield ConfigError("BK", p["BK"], "a power-of-two number of 16-byte chunks per row, at least 2, when "
+                              "SMEM_SWIZZLE=1")
+        least = 8 if acc == "tf32" else 2
+        if b_chunks < least or not _pow2(b_chunks):
+            yield ConfigError("WARP_TILE_N", p["WARP_TILE_N"], f"a tile width BN={bn} of a power-of-two number "
+                              "of 16-byte chunks per row, at least 2 (8 for tf32), when SMEM_SWIZZLE=1")
+    if threads(p) % a_chunks:
+        yield ConfigError("BK", p["BK"], f"a number of 16-byte chunks per row that divides the thread count "
+                          f"({a_chunks} chunks, {threads(p)} threads)")
+    if threads(p) % b_chunks:
+        yield ConfigError("WARP_TILE_N", p["WARP_TILE_N"], f"a tile width BN={bn} that makes a number of "
+                          f"16-byte chunks per row that divides the thread count ({b_chunks} chunks, "
+                          f"{threads(p)} threads)")
+    acc_regs = p["WARP_TILE_M"] * p["WARP_TILE_N"] * (2 if acc == "float16" else 4)
+    if acc_regs > 128:
+        yield ConfigError("WARP_TILE_N", p["WARP_TILE_N"], f"a warp tile that needs at most 128 accumulator "
+                          f"registers per thread (WARP_TILE_M * WARP_TILE_N gives {acc_regs})")
+
+
+MMA = Family(
+    name="mma",
+    template="mma.cu.j2",
+    doc="mma.sync PTX tensor cores: ldmatrix, multi-stage cp.async, padded or swizzled shared memory",
+    params=(
+        Param("WARPS_M", 2, "warps along M in a block", lo=1, hi=8),
+        Param("WARPS_N", 4, "warps along N in a block", lo=1, hi=8),
+        Param("WARP_TILE_M", 4, "m16 mma tiles along M per warp", lo=1, hi=8),
+        Param("WARP_TILE_N", 4, "n8 mma tiles along N per warp", lo=1, hi=16),
+        Param("BK", 32, "K depth of a shared-memory stage, elements", lo=8, hi=128),
+        Param("STAGES", 3, "K tiles in the cp.async pipeline (1: load, then compute)", lo=1, hi=5),
+        Param("A_PAD", 8, "elements added to each shared-memory row of A", lo=0, hi=32),
+        Param("B_PAD", 8, "elements added to each shared-memory row of B", lo=0, hi=32),
+        flag("SMEM_SWIZZLE", "XOR-swizzle 16-byte chunks of shared-memory rows instead of padding"),
+        flag("RBUF", "double-buffer fragments in registers across the k steps of a tile"),
+        flag("B_X4", "ldmatrix.x4.trans loads two n8 tiles of B at once (else .x2.trans, one)"),
+        Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        Param("MIN_BLOCKS", 1, "blocks per SM promised to the compiler (__launch_bounds__), capping registers",
+              lo=1, hi=4),
+    ),
+    dtypes=_DTYPES,
+    threads=threads,
+    tile=tile,
+    smem_bytes=smem_bytes,
+    align=lambda p, dtype: _vec(dtype),  # 16-byte cp.async along K and 16-byte stores along N
+    rules=(_rules,),
+    min_cc=lambda p, dtype, acc: 80,
+)
+
+FAMILIES = (MMA,)
