@@ -111,17 +111,18 @@ class Family:
                 p.check(full[p.name])
             except ConfigError as e:
                 raise ConfigError(e.param, e.value, e.expected, where=where) from None
-        threads = self.threads(full)
-        if not 32 <= threads <= 1024 or threads % 32:
-            raise ConfigError("threads", threads, "a multiple of 32 between 32 and 1024 threads per block "
-                              "(derived from the tile parameters)", where=where)
         smem = self.smem_bytes(full, dtype, acc)
         if smem > MAX_DYNAMIC_SMEM:
             raise ConfigError("smem", smem, f"at most {MAX_DYNAMIC_SMEM} bytes of shared memory per block "
                               "(Hopper's opt-in limit); shrink the tile or STAGES", where=where)
+        # family rules first: a tile that does not divide should be named, not the thread count it implies
         for rule in self.rules:
             for err in rule(full, dtype, acc):
                 raise ConfigError(err.param, err.value, err.expected, where=where)
+        threads = self.threads(full)
+        if not 32 <= threads <= 1024 or threads % 32:
+            raise ConfigError("threads", threads, "a multiple of 32 between 32 and 1024 threads per block "
+                              "(derived from the tile parameters)", where=where)
         return full
 
 
