@@ -80,7 +80,7 @@ def test_constraint_errors(dtype, acc, params, param, words):
 
 def test_parameter_ranges_and_block_size():
     with pytest.raises(ConfigError) as info:
-        make_variant(FAMILY, "bad", "float16", dict(BASE, WARPS_M=8, WARPS_N=8, FRAGS_M=1, FRAGS_N=1), "float16")
+        make_variant(FAMILY, "bad", "float16", dict(BASE, WARPS_M=8, WARPS_N=8), "float16")
     assert info.value.param == "threads"
     with pytest.raises(ConfigError) as info:
         make_variant(FAMILY, "bad", "float16", dict(BASE, STAGES=6), "float16")

@@ -96,6 +96,8 @@ def _rules(p, dtype, acc):
     if not p["DSMEM"] and total > STATIC_SMEM_LIMIT:
         yield ConfigError("DSMEM", p["DSMEM"], f"1 (dynamic shared memory): static shared memory is limited to "
                           f"48 KB and this tile needs {total} bytes")
+    if threads(p) > 1024:
+        return  # the block-size check names the problem
     regs, budget = fragment_registers(p, dtype, acc), register_budget(p)
     if regs > budget:
         yield ConfigError("FRAGS_N", p["FRAGS_N"], f"fewer fragments per warp: accumulators and operand fragments "
