@@ -182,7 +182,8 @@ class Plan:
                 self._fixed_launch[1]()
                 return out
             fam = self.variant.family
-            ops = operands.resolve(a, b, out, fam.layout, fam.align(self.variant.params, self.variant.dtype))
+            ops = operands.resolve(a, b, out, fam.layout, fam.align(self.variant.params, self.variant.dtype),
+                                   fam.b_layout)
             run = launch.prepare(self.variant, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k,
                                  ops.lda, ops.ldb, ops.ldc, alpha, beta)
             run()

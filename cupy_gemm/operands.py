@@ -142,11 +142,14 @@ def _fits(x, order: str, align: int) -> int | None:
     return ld
 
 
-def resolve(a, b, out, layout: str, align: int) -> Operands:
-    """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`.
+def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None) -> Operands:
+    """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`;
+    `b_layout` is B's own layout where it differs (a "row" kernel reading B K-major takes "col").
 
     out must already hold beta·C's input (the caller copies c into it when beta != 0)."""
     import cupy
+
+    orders = (layout, b_layout or layout)
 
     other = "col" if layout == "row" else "row"
     m, k = a.shape
@@ -156,28 +159,29 @@ def resolve(a, b, out, layout: str, align: int) -> Operands:
         return k % align == 0 and (cols if layout == "row" else rows) % align == 0
 
     if aligned(m, n) and _fits(out, layout, align) is not None:
-        return _direct(a, b, out, layout, align, None)
+        return _direct(a, b, out, orders, align, None)
     if aligned(n, m) and _fits(out, other, align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
-        return _direct(b.T, a.T, out.T, layout, align, None)
+        return _direct(b.T, a.T, out.T, orders, align, None)
     if aligned(m, n):  # out is a view no kernel can write: compute into a fresh array, copy back
         tmp = _empty(cupy, (m, n), out.dtype, layout)
         tmp[...] = out
-        return _direct(a, b, tmp, layout, align, (out, tmp))
+        return _direct(a, b, tmp, orders, align, (out, tmp))
     # pad with zeros: exact, since padded columns of A meet padded rows of B
     up = lambda x: -(-x // align) * align
     mp, kp, np_ = (up(m) if layout == "col" else m), up(k), (up(n) if layout == "row" else n)
     C = _padded(cupy, out, (mp, np_), layout)
-    return _direct(_padded(cupy, a, (mp, kp), layout), _padded(cupy, b, (kp, np_), layout), C,
-                   layout, align, (out, C[:m, :n]))
+    return _direct(_padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1]), C,
+                   orders, align, (out, C[:m, :n]))
 
 
-def _direct(a, b, c, layout, align, copy_back) -> Operands:
+def _direct(a, b, c, orders, align, copy_back) -> Operands:
     import cupy
-    A = a if _fits(a, layout, align) is not None else _copy(cupy, a, layout)
-    B = b if _fits(b, layout, align) is not None else _copy(cupy, b, layout)
-    ld = lambda x: leading_dim(x.shape, x.strides, x.itemsize, layout)
-    return Operands(A, B, c, c.shape[0], c.shape[1], a.shape[1], ld(A), ld(B), ld(c), copy_back,
-                    copied=A is not a or B is not b)
+    a_order, b_order = orders
+    A = a if _fits(a, a_order, align) is not None else _copy(cupy, a, a_order)
+    B = b if _fits(b, b_order, align) is not None else _copy(cupy, b, b_order)
+    ld = lambda x, order: leading_dim(x.shape, x.strides, x.itemsize, order)
+    return Operands(A, B, c, c.shape[0], c.shape[1], a.shape[1], ld(A, a_order), ld(B, b_order), ld(c, a_order),
+                    copy_back, copied=A is not a or B is not b)
 
 
 def _empty(cupy, shape, dtype, layout):

@@ -53,6 +53,7 @@ class Family:
 
     layout      "row": A (M×K), B (K×N), C (M×N) row-major with leading dimensions;
                 "col": the same matrices column-major (BLAS convention).
+    b_layout    B's layout where it differs from `layout` (a "row" family reading B K-major says "col").
     abi         "pointers": gemm_kernel(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
                 "tma": the Hopper ABI (tensor maps for A and B; see families/wgmma.py).
     dtypes      {input dtype: allowed accumulate names}; output dtype = input dtype.
@@ -79,6 +80,7 @@ class Family:
     align: Callable[[Mapping[str, int], str], int] = lambda p, dtype: 1
     rules: tuple[Callable[[Mapping[str, int], str, str], Iterator[ConfigError]], ...] = ()
     layout: str = "row"
+    b_layout: str | None = None
     abi: str = "pointers"
     min_cc: Callable[[Mapping[str, int], str, str], int] = lambda p, dtype, acc: 70
     needs_sm90a: bool = False
