@@ -20,6 +20,11 @@ def cuda_include_override() -> list[str] | None:
     return [p for p in value.split(os.pathsep) if p] if value else None
 
 
+def cuda_toolkit_roots() -> list[str]:
+    """CUDA_PATH, then CUDA_HOME: toolkits whose include/ folder is searched before /usr/local/cuda."""
+    return [os.environ[v] for v in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(v)]
+
+
 def disk_cache_enabled() -> bool:
     """CUPY_GEMM_DISK_CACHE=0 turns the on-disk cubin cache off (the in-memory cache stays)."""
     return os.environ.get("CUPY_GEMM_DISK_CACHE", "1") != "0"

@@ -64,9 +64,7 @@ def _candidates() -> list[tuple[str, ...]]:
     if override is not None:
         return [tuple(override)]
     sets: list[tuple[str, ...]] = []
-    for var in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(var):
-            sets.append((os.path.join(os.environ[var], "include"),))
+    sets.extend((os.path.join(root, "include"),) for root in config.cuda_toolkit_roots())
     sets.append(("/usr/local/cuda/include",))
     for site in sys.path:  # pip wheels: CUDA 12 splits the headers over components, CUDA 13 does not
         nv = os.path.join(site, "nvidia")
