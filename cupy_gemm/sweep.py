@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from .families.base import Family
 from .registry import Variant
 from .results import Record
 from .timing import Settings, numpy_dtype, occupancy, sm_limits
+from .workers import Pool, compile_worker, cpu_count, device_worker
 
 # ---- shapes -------------------------------------------------------------------------------------------
 
@@ -274,11 +274,6 @@ def catalogue_points(names: Iterable[str | Variant]) -> list[Point]:
     return out
 
 
-def variant_from_spec(spec: tuple) -> Variant:
-    family, name, dtype, acc, params = spec
-    return registry.make_variant(registry.family(family), name, dtype, dict(params), acc)
-
-
 # ---- results ------------------------------------------------------------------------------------------
 
 @dataclass
@@ -322,232 +317,6 @@ def _resource_fields(point: Point, compiled: dict, limits) -> dict:
             "local_bytes": res["local"], "spill_stores": res["spill_stores"], "spill_loads": res["spill_loads"],
             "threads": threads, "blocks_per_sm": blocks, "occupancy": occ, "compile_s": compiled["seconds"],
             "arch": compiled["arch"]}
-
-
-def _short_error(e: BaseException, limit: int = 600) -> str:
-    """A compile error's NVRTC lines and where the source was saved; other errors as they are."""
-    text = str(e)
-    lines = text.splitlines()
-    if len(lines) > 4:
-        keep = [lines[0]] + [ln for ln in lines[1:] if "error" in ln][:3] + [ln for ln in lines if "source:" in ln][-1:]
-        text = "\n".join(dict.fromkeys(keep))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# ---- worker processes ---------------------------------------------------------------------------------
-
-def _compile_worker(conn) -> None:
-    """Compile tasks (spec, arch) -> ptxas resources. NVRTC only: never touches a GPU. The compile cache on
-    disk is what the GPU workers then load from."""
-    import time
-    try:
-        from . import compile as compile_mod
-    except BaseException as e:  # report, then end: the pool retires this worker
-        conn.send(("fatal", None, f"{type(e).__name__}: {e}"))
-        return
-    conn.send(("ready", None, {"pid": os.getpid()}))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        task_id, (spec, arch) = message
-        start = time.perf_counter()
-        try:
-            res = compile_mod.compile_variant(variant_from_spec(spec), arch).resources
-            payload = {"ok": True, "resources": {"registers": res.registers, "static_smem": res.static_smem,
-                                                 "local": res.local, "spill_stores": res.spill_stores,
-                                                 "spill_loads": res.spill_loads}}
-        except Exception as e:
-            payload = {"ok": False, "reason": _short_error(e)}
-        payload.update(arch=arch, seconds=time.perf_counter() - start)
-        conn.send(("result", task_id, payload))
-
-
-def _device_worker(conn, device_id: int, settings: Settings) -> None:
-    """Measure tasks (spec, shape) on one GPU, keeping the inputs and references of the current shape."""
-    try:
-        import cupy
-        from . import timing
-        cupy.cuda.Device(device_id).use()
-        stream = cupy.cuda.Stream(non_blocking=True)
-        info = {"device": device_id, "name": results.device_name(device_id), "pid": os.getpid()}
-    except BaseException as e:
-        conn.send(("fatal", None, f"GPU {device_id}: {type(e).__name__}: {e}"))
-        return
-    conn.send(("ready", None, info))
-    bench, bench_key = None, None
-    with stream:
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                return
-            if message is None:
-                return
-            task_id, (spec, shape) = message
-            try:
-                variant = variant_from_spec(spec)
-                key = (tuple(shape), variant.dtype, variant.family.layout)
-                if key != bench_key:
-                    bench = bench_key = None
-                    cupy.get_default_memory_pool().free_all_blocks()
-                    bench = timing.Workbench(shape, variant.dtype, variant.family.layout, settings)
-                    bench_key = key
-                fields = bench.measure(variant)
-                fields["baseline"] = bench.baseline(variant.acc)
-            except Exception as e:
-                fields = {"status": "launch_failed", "reason": f"{type(e).__name__}: {e}"}
-                if not timing.context_usable():
-                    # a sticky error (illegal address, …) poisons this process's context: report and end at
-                    # once, skipping exit handlers that would touch the dead context
-                    fields["reason"] += " (the CUDA context was lost; the GPU worker was replaced)"
-                    fields.update(device=device_id, worker_exit=True)
-                    conn.send(("result", task_id, fields))
-                    conn.close()
-                    os._exit(3)
-                if isinstance(e, MemoryError):
-                    bench = bench_key = None
-                    cupy.get_default_memory_pool().free_all_blocks()
-            fields["device"] = device_id
-            conn.send(("result", task_id, fields))
-
-
-class _Worker:
-    def __init__(self, slot: int, args: tuple):
-        self.slot, self.args = slot, args
-        self.proc = self.conn = None
-        self.task = None
-        self.since = 0.0
-        self.ready = self.fatal = self.retired = False
-        self.info: dict = {}
-        self.strikes = 0
-        self.message = ""
-
-
-class _Pool:
-    """Worker processes, one task each at a time, so that a hung or crashed task is known, its worker
-    killed (by its own handle) and replaced, and the task recorded as failed."""
-
-    def __init__(self, ctx, target, worker_args: list[tuple], task_timeout: float, start_timeout: float = 300.0,
-                 max_strikes: int = 3):
-        self.ctx, self.target = ctx, target
-        self.task_timeout, self.start_timeout, self.max_strikes = task_timeout, start_timeout, max_strikes
-        self.workers = [_Worker(i, args) for i, args in enumerate(worker_args)]
-        for w in self.workers:
-            self._start(w)
-
-    def _start(self, w: _Worker) -> None:
-        import time
-        parent, child = self.ctx.Pipe()
-        w.proc = self.ctx.Process(target=self.target, args=(child, *w.args), daemon=True)
-        w.proc.start()
-        child.close()
-        w.conn, w.task, w.ready, w.since = parent, None, False, time.monotonic()
-
-    def live(self) -> list[_Worker]:
-        return [w for w in self.workers if not w.retired]
-
-    def idle(self) -> list[_Worker]:
-        return [w for w in self.live() if w.ready and w.task is None]
-
-    def busy(self) -> bool:
-        return any(w.task is not None for w in self.live())
-
-    def waitables(self) -> list:
-        return [x for w in self.live() for x in (w.conn, w.proc.sentinel)]
-
-    def submit(self, w: _Worker, task_id, payload) -> bool:
-        """Hand a task to an idle worker; False if the worker has just died (its sentinel will say so)."""
-        import time
-        try:
-            w.conn.send((task_id, payload))
-        except (OSError, ValueError):
-            w.ready = False
-            return False
-        w.task, w.since = task_id, time.monotonic()
-        return True
-
-    def collect(self, ready) -> list[tuple]:
-        events = []
-        for w in self.live():
-            if w.conn in ready or w.proc.sentinel in ready:
-                events += self._drain(w)
-        return events
-
-    def _drain(self, w: _Worker) -> list[tuple]:
-        events = []
-        try:
-            while w.conn.poll():
-                kind, task_id, payload = w.conn.recv()
-                if kind == "ready":
-                    w.ready, w.info, w.strikes = True, payload, 0
-                    events.append(("ready", w, None, payload))
-                elif kind == "result":
-                    w.task = None
-                    if payload.get("worker_exit"):
-                        w.ready = False  # ending: no new task until it is replaced
-                    events.append(("result", w, task_id, payload))
-                else:
-                    w.fatal, w.message = True, str(payload)
-                    events.append(("fatal", w, None, payload))
-        except (EOFError, OSError):
-            pass
-        if not w.proc.is_alive():
-            events += self._replace(w, f"the worker process ended (exit code {w.proc.exitcode})")
-        return events
-
-    def check_timeouts(self) -> list[tuple]:
-        import time
-        now, events = time.monotonic(), []
-        for w in self.live():
-            if w.task is not None and now - w.since > self.task_timeout:
-                events += self._replace(w, f"timed out after {self.task_timeout:g} s")
-            elif not w.ready and now - w.since > self.start_timeout:
-                w.fatal, w.message = True, f"did not start within {self.start_timeout:g} s"
-                events += self._replace(w, w.message)
-        return events
-
-    def _replace(self, w: _Worker, reason: str) -> list[tuple]:
-        task, w.task = w.task, None
-        if w.proc.is_alive():
-            w.proc.kill()
-        w.proc.join()
-        w.conn.close()
-        if not w.ready:  # dying before ready, again and again, is a broken setup: stop restarting it
-            w.strikes += 1
-        events = [("lost", w, task, reason)] if task is not None else []
-        if w.fatal or w.strikes >= self.max_strikes:
-            w.retired = True
-            events.append(("retired", w, None, w.message or reason))
-        else:
-            self._start(w)
-        return events
-
-    def close(self, grace: float = 5.0) -> None:
-        import time
-        for w in self.live():
-            try:
-                w.conn.send(None)
-            except (OSError, ValueError):
-                pass
-        deadline = time.monotonic() + grace  # then end whoever is still busy (a long compile, a hung kernel)
-        for w in self.live():
-            w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join()
-            w.conn.close()
-            w.retired = True
-
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 2
 
 
 # ---- the run ------------------------------------------------------------------------------------------
@@ -736,9 +505,9 @@ class _Run:
         import multiprocessing
         from multiprocessing import connection
         ctx = multiprocessing.get_context("spawn")  # children must not inherit a CUDA context
-        workers = self.compile_workers or max(1, min(32, _cpu_count() - len(self.devices)))
-        cpool = _Pool(ctx, _compile_worker, [()] * min(workers, len(self.compile_queue)), self.compile_timeout)
-        dpool = _Pool(ctx, _device_worker, [(d, self.settings) for d in self.devices], self.gpu_timeout) \
+        workers = self.compile_workers or max(1, min(32, cpu_count() - len(self.devices)))
+        cpool = Pool(ctx, compile_worker, [()] * min(workers, len(self.compile_queue)), self.compile_timeout)
+        dpool = Pool(ctx, device_worker, [(d, self.settings) for d in self.devices], self.gpu_timeout) \
             if self.devices else None
         pools = [cpool] + ([dpool] if dpool else [])
         try:
@@ -767,7 +536,7 @@ class _Run:
             for pool in pools:
                 pool.close()
 
-    def _fail_orphans(self, cpool: _Pool, dpool: _Pool | None) -> None:
+    def _fail_orphans(self, cpool: Pool, dpool: Pool | None) -> None:
         if self.compile_queue and not cpool.live():
             reason = "no compiler worker could run: " + "; ".join(self.fatal[-3:])
             while self.compile_queue:

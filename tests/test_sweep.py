@@ -244,7 +244,7 @@ def fake_device_worker(conn, device_id, settings):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    monkeypatch.setattr(sweep, "_device_worker", fake_device_worker)
+    monkeypatch.setattr(sweep, "device_worker", fake_device_worker)
     monkeypatch.setattr(sweep._Run, "_device_info",
                         lambda self: {"name": "Fake GPU", "cc": 90, "limits": timing.sm_limits(90)})
     monkeypatch.setattr(results, "metadata", lambda devices=(), **extra: {
@@ -323,7 +323,7 @@ def test_resume_cli_refuses_another_gpu(fake_gpu, tmp_path, monkeypatch, capsys)
 def test_no_gpu_worker_raises(monkeypatch):
     monkeypatch.setattr(sweep._Run, "_device_info",
                         lambda self: {"name": "Fake GPU", "cc": 90, "limits": timing.sm_limits(90)})
-    monkeypatch.setattr(sweep, "_device_worker", _broken_device_worker)
+    monkeypatch.setattr(sweep, "device_worker", _broken_device_worker)
     with pytest.raises(DeviceError, match="no CUDA device"):
         sweep.run(FAMILY, ["64x64x64"], {"BK": [8]}, "float32", devices=[0], compile_workers=1)
 
