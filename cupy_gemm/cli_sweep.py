@@ -79,6 +79,9 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("bench", help="every catalogue variant over the seed tables' shapes, seed-style")
     add_bench_arguments(p)
 
+    p = subparsers.add_parser("report", help="markdown tables (TFLOPS and %% of cuBLAS per family) of result files")
+    p.add_argument("files", nargs="+", help="CSV or JSON files written by sweep, bench or tune")
+
     p = subparsers.add_parser("tune", help="measure candidates at shapes and fill the tuning database")
     p.add_argument("--shape", action="append", help="MxNxK to tune (repeatable, or comma-separated)")
     p.add_argument("--dtype", default="float32")
@@ -95,7 +98,7 @@ def add_commands(subparsers) -> None:
 
 def run_command(args) -> int:
     console = Console()
-    handler = {"sweep": cmd_sweep, "bench": run_bench, "tune": cmd_tune}[args.command]
+    handler = {"sweep": cmd_sweep, "bench": run_bench, "tune": cmd_tune, "report": cmd_report}[args.command]
     try:
         return handler(args, console)
     except (ValueError, OSError) as e:
@@ -513,6 +516,18 @@ def draw_tflops(ax, records, title: str = "") -> None:
 
 
 # ---- tune ---------------------------------------------------------------------------------------------
+
+def cmd_report(args, console: Console) -> int:
+    records, devices = [], {}
+    for path in args.files:
+        meta, recs = results.read(path)
+        records += recs
+        for d in meta.get("devices", []):
+            devices[d.get("name", "")] = None
+    print(f"Measured on {', '.join(d for d in devices if d) or 'an unnamed device'}.\n")
+    print(results.markdown(records))
+    return 0
+
 
 def cmd_tune(args, console: Console) -> int:
     if args.list:

@@ -294,3 +294,36 @@ class ResultWriter:
         if records is not None:
             self.records = list(records)
         self.flush()
+
+
+def markdown(records: Iterable[Record]) -> str:
+    """Per-family markdown tables: a row per variant, a column per shape, cells "TFLOPS (% of cuBLAS)";
+    then the cuBLAS rows. Records of several files merge (a later record of the same point wins)."""
+    cells: dict[tuple, dict[tuple, Record]] = {}
+    shapes: dict[tuple, None] = {}
+    for r in records:
+        shape = (r.M, r.N, r.K)
+        shapes[shape] = None
+        group = "cuBLAS" if r.is_baseline else r.family
+        cells.setdefault((group, r.variant, r.dtype, r.acc), {})[shape] = r
+    order = sorted(shapes, key=lambda s: (s[0] * s[1] * s[2], s))
+    header = "| variant | dtype / acc | " + " | ".join("×".join(map(str, s)) for s in order) + " |"
+    rule = "| --- | --- | " + " | ".join("---" for _ in order) + " |"
+    out = []
+    for group in dict.fromkeys(g for g, *_ in sorted(cells, key=lambda key: key[0] == "cuBLAS")):
+        out += [f"### {group}", "", header, rule]
+        for (g, variant, dtype, acc), row in cells.items():
+            if g != group:
+                continue
+            out.append(f"| `{variant}` | {dtype} / {acc} | " + " | ".join(_md_cell(row.get(s)) for s in order) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _md_cell(r: Record | None) -> str:
+    if r is None:
+        return ""
+    if r.status != "ok" or r.tflops is None:
+        return r.status
+    return f"{r.tflops:.1f}" + (f" ({r.pct_cublas:.0f}%)" if r.pct_cublas is not None and not r.is_baseline else "")
+

@@ -330,3 +330,19 @@ def test_no_gpu_worker_raises(monkeypatch):
 
 def _broken_device_worker(conn, device_id, settings):
     conn.send(("fatal", None, f"GPU {device_id}: no CUDA device"))
+
+
+def test_report_markdown_merges_files(tmp_path, capsys):
+    from cupy_gemm.cli import main
+    rec = lambda variant, family, m, tflops, pct: results.Record(
+        family=family, variant=variant, dtype="float32", acc="float32", layout="row", M=m, N=m, K=m, status="ok",
+        tflops=tflops, pct_cublas=pct, time_ms=1.0)
+    first, second = tmp_path / "a.json", tmp_path / "b.csv"
+    results.write(first, [rec("sgemm_naive_f32", "naive", 1024, 6.0, 18.0), rec("cublas_f32", "cublas", 1024, 33.0, None)],
+                  {"devices": [{"name": "NVIDIA H200"}]})
+    results.write(second, [rec("sgemm_naive_f32", "naive", 4096, 6.4, 12.6)], {"devices": [{"name": "NVIDIA H200"}]})
+    assert main(["report", str(first), str(second)]) == 0
+    out = capsys.readouterr().out
+    assert "Measured on NVIDIA H200" in out and "### naive" in out and "### cuBLAS" in out
+    assert "| `sgemm_naive_f32` | float32 / float32 | 6.0 (18%) | 6.4 (13%) |" in out
+    assert out.index("### naive") < out.index("### cuBLAS")
