@@ -1,4 +1,15 @@
-"""Hopper (sm_90a): TMA + wgmma, warp-specialised and persistent, fp16/bf16 in, fp32 accumulate.
+"""Hopper (sm_90a): TMA + wgmma, warp-specialised and persistent; fp32 accumulate.
+
+Two families share templates/wgmma.cu.j2:
+
+- `wgmma`: fp16/bf16 inputs, every matrix row-major; wgmma reads B N-major through its transpose bit.
+- `wgmma_tf32`: fp32 inputs multiplied as tf32. The tensor maps of A and B have the copy engine's tf32
+  data type, so TMA rounds each element to tf32 (to nearest, ties to even, as cuBLAS's TF32 mode does)
+  on its way to shared memory, at no cost; with plain fp32 maps the tensor cores would truncate instead
+  (drop the 13 low mantissa bits), which biases every product toward zero. wgmma has no transpose bit
+  for 32-bit types, so both operands must be K-major: the family reads B column-major (`b_layout =
+  "col"`, ldb = column stride). The API passes a column-major B in place and copies a row-major one
+  (cupy.asfortranarray).
 
 The "tma" ABI: the kernel takes tensor maps (encoded on the host, cupy_gemm/tma.py) for A and B, and for
 C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves the beta != 0 path):
@@ -7,12 +18,10 @@ C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves t
                 const __grid_constant__ CUtensorMap map_c, T* C, int M, int N, int K, long long ldc,
                 float alpha, float beta)
 
-with A (M×K), B (K×N) and C (M×N) row-major. The copy engine zero-fills loads and clips stores at the
-matrix edge, so any M, N, K is right; it needs 16-byte aligned base addresses and leading dimensions,
-which `align` = 8 elements makes the API guarantee (padding when a problem does not meet it).
-
-No TF32 variant: wgmma takes a transposed (N-major) B only for 16-bit inputs, so fp32 B would need a
-K-major copy (a transpose pass over B) first.
+with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32, column-major. The copy engine
+zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs 16-byte aligned
+base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API guarantee
+(padding when a problem does not meet it).
 """
 from __future__ import annotations
 
@@ -21,8 +30,8 @@ import numpy as np
 from ..errors import ConfigError
 from .base import CUDA_TYPES, Family, Param, flag
 
-SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 64 16-bit elements
-C_BOX = 64  # the epilogue stages and stores C in 64×64 boxes (one 128-byte swizzle row wide)
+SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
+C_BOX_ROWS = 64  # the epilogue stages and stores C in boxes of 64 rows (one m64 tile) by one swizzle row
 
 
 def _elems_per_row(dtype: str) -> int:
@@ -32,7 +41,7 @@ def _elems_per_row(dtype: str) -> int:
 def smem_bytes(p, dtype: str, acc: str) -> int:
     size = CUDA_TYPES[dtype][1]
     stage = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * size
-    staging = p["TMA_STORE"] * p["CONSUMERS"] * 2 * C_BOX * C_BOX * size  # two C boxes per consumer
+    staging = p["TMA_STORE"] * p["CONSUMERS"] * 2 * C_BOX_ROWS * SWIZZLE_BYTES  # two C boxes per consumer
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers
     return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"]
 
@@ -43,11 +52,11 @@ def _rule_tiles(p, dtype, acc):
                           "(each consumer warpgroup takes whole m64 wgmma tiles)")
     row = _elems_per_row(dtype)
     if p["BN"] % row:
-        yield ConfigError("BN", p["BN"], f"a multiple of {row} (B is loaded in {row}-column, "
-                          f"{SWIZZLE_BYTES}-byte swizzled boxes)")
+        yield ConfigError("BN", p["BN"], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row (64 16-bit or 32 "
+                          f"fp32 elements): tiles move in such boxes ({row} for {dtype})")
     if p["BK"] % row:
-        yield ConfigError("BK", p["BK"], f"a multiple of {row} (one {SWIZZLE_BYTES}-byte swizzle row of "
-                          f"{dtype} elements)")
+        yield ConfigError("BK", p["BK"], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row (64 16-bit or 32 "
+                          f"fp32 elements) ({row} for {dtype})")
 
 
 def _rule_registers(p, dtype, acc):
@@ -61,27 +70,31 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
     from .. import tma
     p, dtype = variant.params, variant.dtype
     row = _elems_per_row(dtype)
-    map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=p["BM"], box_cols=row)
-    map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=row)
-    map_c = tma.tensor_map_2d(C.data.ptr, dtype, rows=m, cols=n, ld=ldc, box_rows=C_BOX, box_cols=C_BOX)
+    operand = "tfloat32" if variant.acc == "tf32" else dtype  # TMA rounds fp32 operands to tf32 (nearest even)
+    map_a = tma.tensor_map_2d(A.data.ptr, operand, rows=m, cols=k, ld=lda, box_rows=p["BM"], box_cols=row)
+    if variant.family.b_layout == "col":  # K-major B: the map is over Bᵀ, N rows of K contiguous elements
+        map_b = tma.tensor_map_2d(B.data.ptr, operand, rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=row)
+    else:
+        map_b = tma.tensor_map_2d(B.data.ptr, operand, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=row)
+    map_c = tma.tensor_map_2d(C.data.ptr, dtype, rows=m, cols=n, ld=ldc, box_rows=C_BOX_ROWS, box_cols=row)
     return (map_a, map_b, map_c, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
             np.float32(alpha), np.float32(beta))
 
 
-WGMMA = Family(
-    name="wgmma",
-    template="wgmma.cu.j2",
-    doc="Hopper: TMA ring of STAGES stages, one producer and CONSUMERS wgmma warpgroups, persistent",
-    params=(
+def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
+    return (
         Param("BM", 128, "rows of C per block, split over the consumer warpgroups", lo=64, hi=256),
         Param("BN", 256, "columns of C per block: the wgmma N", lo=64, hi=256),
-        Param("BK", 64, "depth of one pipeline stage", choices=(64, 128)),
+        Param("BK", bk_default, "depth of one pipeline stage", choices=bk_choices),
         Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
         flag("TMA_STORE", "epilogue through shared memory and TMA stores (beta = 0; else direct stores)", 1),
         Param("SWIZZLE", 2048, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
-    ),
-    dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
+    )
+
+
+_COMMON = dict(
+    template="wgmma.cu.j2",
     threads=lambda p: 128 * (p["CONSUMERS"] + 1),
     tile=lambda p: (p["BM"], p["BN"]),
     smem_bytes=smem_bytes,
@@ -94,4 +107,21 @@ WGMMA = Family(
     make_args=make_args,
 )
 
-FAMILIES = (WGMMA,)
+WGMMA = Family(
+    name="wgmma",
+    doc="Hopper: TMA ring of STAGES stages, one producer and CONSUMERS wgmma warpgroups, persistent",
+    params=_params((64, 128), 64),
+    dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
+    **_COMMON,
+)
+
+WGMMA_TF32 = Family(
+    name="wgmma_tf32",
+    doc="Hopper TF32: fp32 inputs as tf32 m64nNk8 wgmma, B read K-major (column-major); as `wgmma` otherwise",
+    params=_params((32, 64), 32),
+    dtypes={"float32": ("tf32",)},
+    b_layout="col",
+    **_COMMON,
+)
+
+FAMILIES = (WGMMA, WGMMA_TF32)

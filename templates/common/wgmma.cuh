@@ -1,8 +1,11 @@
 // ---- wgmma (sm_90a): warpgroup matrix multiply-accumulate from shared-memory descriptors ------------
 // Needs BN (the instruction's N) and DTYPE in the render context: the instruction's operand list has
 // BN / 2 accumulator registers, written out below, since inline PTX cannot take a register array.
+// 16-bit inputs (f16, bf16) run m64nBNk16 with A K-major and B N-major (the transpose bit); float32
+// inputs run m64nBNk8 as tf32, which has no transpose bit: both operands K-major.
 {% set NACC = BN // 2 %}
-{% set AB = "f16" if DTYPE == "float16" else "bf16" %}
+{% set AB = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[DTYPE] %}
+{% set WK = 8 if DTYPE == "float32" else 16 %}
 
 // Shared-memory matrix descriptor for a tile stored in 128-byte swizzled rows (the layout TMA writes
 // with CU_TENSOR_MAP_SWIZZLE_128B): start address, leading and stride byte offsets (all >> 4), and the
@@ -33,19 +36,33 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
 
-// D(64×{{ BN }}, fp32) = A(64×16) · B(16×{{ BN }}) + (accumulate ? D : 0), {{ AB }} inputs.
+// k depth of one instruction: 32 bytes of each operand row (16 16-bit elements, 8 tf32)
+constexpr int WGMMA_K = {{ WK }};
+
+// D(64×{{ BN }}, fp32) = A(64×{{ WK }}) · B({{ WK }}×{{ BN }}) + (accumulate ? D : 0), {{ AB }} inputs.
+{% if DTYPE == "float32" %}
+// Both operands K-major (rows of K contiguous); the tensor cores read the 32-bit patterns in shared
+// memory as tf32, ignoring the 13 low mantissa bits (a tf32 tensor map has TMA round them away first).
+// Accumulator register i of thread t of the warpgroup holds row 16*(t/32) + (t%32)/4 + 8*((i/2)%2),
+// column 8*(i/4) + 2*(t%4) + i%2.
+{% else %}
 // A is K-major (rows of K contiguous); B is N-major (rows of N contiguous), hence the transpose bit
 // (imm-trans-b = 1), which 16-bit types allow. Accumulator register i of thread t of the warpgroup holds
 // row 16*(t/32) + (t%32)/4 + 8*((i/2)%2), column 8*(i/4) + 2*(t%4) + i%2.
-__device__ __forceinline__ void wgmma_m64n{{ BN }}k16(float (&d)[{{ NACC }}], unsigned long long desc_a,
-                                                    unsigned long long desc_b, int accumulate) {
+{% endif %}
+__device__ __forceinline__ void wgmma_async(float (&d)[{{ NACC }}], unsigned long long desc_a,
+                                            unsigned long long desc_b, int accumulate) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %{{ NACC + 2 }}, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n{{ BN }}k16.f32.{{ AB }}.{{ AB }}\n {"
+        " wgmma.mma_async.sync.aligned.m64n{{ BN }}k{{ WK }}.f32.{{ AB }}.{{ AB }}\n {"
 {% for i in range(0, NACC, 16) %}
         "{% for j in range(i, i + 16) %}%{{ j }}{{ ', ' if j + 1 < NACC else '' }}{% endfor %}"
 {% endfor %}
+{% if DTYPE == "float32" %}
+        "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1;\n}\n"
+{% else %}
         "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1, 0, 1;\n}\n"
+{% endif %}
 {% for i in range(0, NACC, 8) %}
         {{ ':' if i == 0 else ',' }} {% for j in range(i, i + 8) %}"+f"(d[{{ j }}]){{ ', ' if j % 8 != 7 else '' }}{% endfor %}
 
@@ -54,7 +71,8 @@ __device__ __forceinline__ void wgmma_m64n{{ BN }}k16(float (&d)[{{ NACC }}], un
 }
 
 // Epilogue for one thread's pair of adjacent columns: C = alpha * acc + beta * C, with C read only
-// when beta != 0. The pair is one 4-byte access: the API pads N (and ldc) to a multiple of 8.
+// when beta != 0. The pair is one 4-byte (16-bit) or 8-byte (fp32) access: the API pads N and ldc to
+// 16 bytes and the pair starts at an even column.
 __device__ __forceinline__ void store_pair(T_IN* p, float v0, float v1, float alpha, float beta) {
     v0 *= alpha;
     v1 *= alpha;
@@ -66,7 +84,17 @@ __device__ __forceinline__ void store_pair(T_IN* p, float v0, float v1, float al
         T_IN pair[2] = {from_float<T_IN>(v0), from_float<T_IN>(v1)};
         *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(pair);
     } else {
-        p[0] = from_float<T_IN>(v0);
-        p[1] = from_float<T_IN>(v1);
+        *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    }
+}
+
+// The same pair into shared memory at byte address `addr` (the epilogue's staging buffer), converted to
+// the output type: one st.shared of 4 or 8 bytes.
+__device__ __forceinline__ void st_shared_pair(unsigned addr, float v0, float v1) {
+    if constexpr (sizeof(T_IN) == 2) {
+        T_IN pair[2] = {from_float<T_IN>(v0), from_float<T_IN>(v1)};
+        asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(*reinterpret_cast<const unsigned*>(pair)) : "memory");
+    } else {
+        asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n" :: "r"(addr), "f"(v0), "f"(v1) : "memory");
     }
 }

@@ -1,10 +1,11 @@
-"""The Hopper family on a Hopper GPU, beyond the generic variant suite: box edges of the copy engine,
-both epilogues, strided operands the tensor maps take in place, persistent tile walks, tensor maps."""
+"""The Hopper families on a Hopper GPU, beyond the generic variant suite: box edges of the copy engine,
+both epilogues, strided operands the tensor maps take in place, persistent tile walks, tensor maps; for
+TF32, B read in place when column-major and copied when not, and the inputs' tf32 rounding."""
 import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import registry, tma, verify
+from cupy_gemm import operands, registry, tma, verify
 from cupy_gemm.errors import InputError
 from cupy_gemm.launch import compute_capability
 
@@ -102,3 +103,73 @@ def test_tensor_maps_are_cached_and_checked():
     assert first.shape == (1,) and first.nbytes == 128 and bytes(first.tobytes()) != bytes(128)
     with pytest.raises(InputError, match="16-byte aligned"):
         tma.tensor_map_2d(x.data.ptr + 2, "float16", rows=64, cols=120, ld=128, box_rows=64, box_cols=64)
+
+
+# ---- TF32 (family wgmma_tf32): fp32 inputs, B read K-major ---------------------------------------------
+TF32_NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "wgmma_tf32"]
+TF32_FLAGSHIP = "sgemm_wgmma_m64n256k8_tf32_stages4_ws2"
+# around the 32-element (128-byte) boxes of fp32: K tails of 1 and 31, N narrower than one 32-column C
+# box, a single row, more tiles than SMs
+TF32_EDGES = [(1, 4, 1), (1, 260, 33), (129, 4, 32), (200, 520, 95), (64, 64, 4127), (2000, 2056, 200)]
+
+
+@pytest.mark.parametrize("m,n,k", TF32_EDGES, ids=[f"{m}x{n}x{k}" for m, n, k in TF32_EDGES])
+@pytest.mark.parametrize("name", TF32_NAMES)
+def test_tf32_box_edges(name, m, n, k):
+    _check(name, m, n, k, seed=m + n + k)
+
+
+@pytest.mark.parametrize("name", [TF32_FLAGSHIP, "sgemm_wgmma_m64n256k8_tf32_stages4_ws2_regstore"])
+def test_tf32_both_epilogues(name):
+    m, n, k = 333, 520, 190
+    c = verify.random_operand((m, n), "float32", 4)
+    _check(name, m, n, k, alpha=-0.5, c=c)
+    _check(name, m, n, k, alpha=0.5, beta=2.0, c=c)
+    _check(name, m, n, k, alpha=0.0, beta=1.0, c=c)
+
+
+def test_tf32_column_major_b_is_used_in_place():
+    """A column-major B (also a view with a padded column stride) goes to the copy engine as it is."""
+    v = registry.lookup(TF32_FLAGSHIP)
+    fam = v.family
+    m, n, k = 300, 264, 136
+    a = verify.random_operand((m, k), "float32", 1)
+    b_big = verify.random_operand((k + 12, n), "float32", 2, order="F")
+    for b in (verify.random_operand((k, n), "float32", 3, order="F"), b_big[:k]):
+        out = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+        ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
+        assert ops.B is b and ops.ldb == b.strides[1] // 4 and ops.zero_copy
+        cupy_gemm.matmul(a, b, variant=TF32_FLAGSHIP, out=out)
+        ref, scale = verify.reference(a, b)
+        assert verify.check(out, ref, scale, v.dtype, v.acc, k).ok
+
+
+def test_tf32_row_major_b_is_copied_column_major():
+    v = registry.lookup(TF32_FLAGSHIP)
+    fam = v.family
+    m, n, k = 257, 300, 1000  # aligned: B is copied, not padded
+    a = verify.random_operand((m, k), "float32", 5)
+    b = verify.random_operand((k, n), "float32", 6)
+    out = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+    ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
+    assert ops.B is not b and ops.B.flags.f_contiguous and ops.copied
+    _check(TF32_FLAGSHIP, m, n, k, a=a, b=b)
+
+
+def test_tf32_many_tiles_per_block():
+    _check(TF32_FLAGSHIP, 8192, 4096, 320, seed=9)
+
+
+def test_tf32_inputs_are_rounded_to_nearest_even():
+    """A and B reach the tensor cores rounded to tf32 by the copy engine (tf32 tensor maps): to nearest,
+    ties to even, as cuBLAS's TF32 mode; not truncated, as fp32 maps would leave them."""
+    k = 32
+    x = cupy.array([1 + 2**-11 + 2**-12, -(1 + 2**-11 + 2**-12), 1 + 2**-11, 1 + 2**-10 + 2**-11, 1 + 2**-12],
+                   dtype=cupy.float32)
+    expected = cupy.array([1 + 2**-10, -(1 + 2**-10), 1.0, 1 + 2**-9, 1.0], dtype=cupy.float32) * k
+    a = cupy.repeat(x[:, None], k, axis=1)
+    out = cupy_gemm.matmul(a, cupy.ones((k, 8), dtype=cupy.float32), variant=TF32_FLAGSHIP)
+    assert cupy.array_equal(out, cupy.repeat(expected[:, None], 8, axis=1)), out[:, 0] / k
+    b = cupy.asfortranarray(cupy.repeat(x[None, :], k, axis=0))
+    out = cupy_gemm.matmul(cupy.ones((8, k), dtype=cupy.float32), b, variant=TF32_FLAGSHIP)
+    assert cupy.array_equal(out, cupy.repeat(expected[None, :], 8, axis=0)), out[0] / k
