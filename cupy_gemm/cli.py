@@ -32,7 +32,7 @@ def cmd_list(args, console: Console) -> int:
     names = api.variants(args.dtype, args.family)
     cat = registry.catalogue()
     if args.markdown:
-        print(catalogue_markdown(names))
+        print(catalogue_markdown(names), end="")
         return 0
     if args.json:
         print(json.dumps([{"name": n, "family": cat[n].family.name, "dtype": cat[n].dtype, "acc": cat[n].acc,
