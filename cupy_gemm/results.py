@@ -297,24 +297,21 @@ class ResultWriter:
 
 
 def markdown(records: Iterable[Record]) -> str:
-    """Per-family markdown tables: a row per variant, a column per shape, cells "TFLOPS (% of cuBLAS)";
-    then the cuBLAS rows. Records of several files merge (a later record of the same point wins)."""
+    """Per-family markdown tables: a row per variant, a column per shape the family was measured at, cells
+    "TFLOPS (% of cuBLAS)"; the cuBLAS rows last. Records of several files merge (a later record of the
+    same point wins)."""
     cells: dict[tuple, dict[tuple, Record]] = {}
-    shapes: dict[tuple, None] = {}
     for r in records:
-        shape = (r.M, r.N, r.K)
-        shapes[shape] = None
         group = "cuBLAS" if r.is_baseline else r.family
-        cells.setdefault((group, r.variant, r.dtype, r.acc), {})[shape] = r
-    order = sorted(shapes, key=lambda s: (s[0] * s[1] * s[2], s))
-    header = "| variant | dtype / acc | " + " | ".join("×".join(map(str, s)) for s in order) + " |"
-    rule = "| --- | --- | " + " | ".join("---" for _ in order) + " |"
+        cells.setdefault((group, r.variant, r.dtype, r.acc), {})[(r.M, r.N, r.K)] = r
     out = []
     for group in dict.fromkeys(g for g, *_ in sorted(cells, key=lambda key: key[0] == "cuBLAS")):
-        out += [f"### {group}", "", header, rule]
-        for (g, variant, dtype, acc), row in cells.items():
-            if g != group:
-                continue
+        rows = {key: row for key, row in cells.items() if key[0] == group}
+        order = sorted({s for row in rows.values() for s in row}, key=lambda s: (s[0] * s[1] * s[2], s))
+        out += [f"### {group}", "",
+                "| variant | dtype / acc | " + " | ".join("×".join(map(str, s)) for s in order) + " |",
+                "| --- | --- | " + " | ".join("---" for _ in order) + " |"]
+        for (_, variant, dtype, acc), row in rows.items():
             out.append(f"| `{variant}` | {dtype} / {acc} | " + " | ".join(_md_cell(row.get(s)) for s in order) + " |")
         out.append("")
     return "\n".join(out)
