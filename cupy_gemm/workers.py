@@ -26,6 +26,18 @@ def short_error(e: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _tasks(conn):
+    """The (task id, payload) messages a worker receives, until the pool sends None or goes away."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        yield message
+
+
 def compile_worker(conn) -> None:
     """Compile tasks (spec, arch) -> ptxas resources. NVRTC only: never touches a GPU. The compile cache on
     disk is what the GPU workers then load from."""
@@ -36,14 +48,7 @@ def compile_worker(conn) -> None:
         conn.send(("fatal", None, f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready", None, {"pid": os.getpid()}))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        task_id, (spec, arch) = message
+    for task_id, (spec, arch) in _tasks(conn):
         start = time.perf_counter()
         try:
             res = compile_mod.compile_variant(variant_from_spec(spec), arch).resources
@@ -70,14 +75,7 @@ def device_worker(conn, device_id: int, settings: Settings) -> None:
     conn.send(("ready", None, info))
     bench, bench_key = None, None
     with stream:
-        while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                return
-            if message is None:
-                return
-            task_id, (spec, shape) = message
+        for task_id, (spec, shape) in _tasks(conn):
             try:
                 variant = variant_from_spec(spec)
                 key = (tuple(shape), variant.dtype, variant.family.layout)
