@@ -16,7 +16,7 @@ AUTO = "auto"
 # default. float32 stays exact (CUDA cores) unless CUPY_TF32=1, as with cupy.matmul; float16 and
 # bfloat16 accumulate in float32.
 DEFAULTS = {
-    "float32": ("sgemm_t_8x16_sliced_k8_f32x4_bcf_dbuf_swizzle", "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async_swizzle",
+    "float32": ("sgemm_t_16x8_sliced_k8_f32x4_bcf_dbuf_offset_swizzle", "sgemm_t_8x16_sliced_k8_f32x4_bcf_dbuf_swizzle",
                 "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "sgemm_sliced_k_f32"),
     "tf32": ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2", "sgemm_mma_m16n8k8_tf32_mma2x4_warp4x4x4_stages3_swizzle",
              "sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages3_dsmem", "sgemm_sliced_k_f32"),

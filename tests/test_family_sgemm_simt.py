@@ -99,9 +99,10 @@ def test_template_refuses_what_the_rules_refuse(params, param, words, tmp_path, 
 
 
 def test_flags_are_checked_like_every_parameter():
-    with pytest.raises(ConfigError) as info:
-        make_variant(FAMILY, "bad", "float32", dict(BASE, BCF=2))
-    assert info.value.param == "BCF"
+    for flag in ("BCF", "DBUF", "ASYNC", "PAIRS"):
+        with pytest.raises(ConfigError) as info:
+            make_variant(FAMILY, "bad", "float32", dict(BASE, **{flag: 2}))
+        assert info.value.param == flag
     with pytest.raises(ConfigError) as info:
         make_variant(FAMILY, "bad", "float16", BASE)
     assert info.value.param == "dtype"
@@ -128,3 +129,30 @@ def test_the_flags_show_in_the_ptx(name):
         assert "ld.global.nc.v4.f32" in ptx  # float4 loads of A and B
     if v.params["BCF"]:  # every fragment read is a float4: none is scalar
         assert "ld.shared.v4.f32" in ptx and "ld.shared.f32" not in ptx
+
+
+# ---- the warp's lane layout, read from the template itself --------------------------------------------
+def _lane_layout(pairs: int):
+    """(lane_x, lane_y) of each of the 32 lanes, evaluating the template's own expressions (C's and
+    Python's precedence agree on >>, & and |)."""
+    m = re.search(r"const int lane_x = PAIRS \? (.+?) : (.+?);.*\n\s*const int lane_y = PAIRS \? (.+?) : (.+?);",
+                  TEMPLATE)
+    x_expr, y_expr = (m.group(1), m.group(3)) if pairs else (m.group(2), m.group(4))
+    py = lambda e: e.replace("lane / 8", "lane // 8")
+    return [(eval(py(x_expr), {"lane": lane}), eval(py(y_expr), {"lane": lane})) for lane in range(32)]
+
+
+@pytest.mark.parametrize("pairs", [0, 1])
+def test_lanes_tile_the_warp_8_by_4(pairs):
+    assert sorted(_lane_layout(pairs)) == [(x, y) for x in range(8) for y in range(4)]
+
+
+def test_paired_lanes_share_fragment_addresses():
+    """A's fragment address depends on lane_y only, B's on lane_x only: with PAIRS, lanes i and i^1 read
+    the same A float4 and lanes i and i^2 the same B float4 (two shared-memory wavefronts, not four)."""
+    lanes = _lane_layout(1)
+    assert all(lanes[i][1] == lanes[i ^ 1][1] for i in range(32))
+    assert all(lanes[i][0] == lanes[i ^ 2][0] for i in range(32))
+    plain = _lane_layout(0)  # 8 consecutive lanes along N: no pairing for B
+    assert not all(plain[i][0] == plain[i ^ 1][0] for i in range(32))
+    assert not all(plain[i][0] == plain[i ^ 2][0] for i in range(32))

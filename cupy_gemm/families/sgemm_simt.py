@@ -72,6 +72,8 @@ SGEMM_SIMT = Family(
         flag("BCF", "store A transposed in shared memory so fragments are float4 reads (bank-conflict free)"),
         flag("DBUF", "double-buffer shared memory, one barrier per K slice"),
         flag("ASYNC", "cp.async global->shared copies (sm_80+); needs DBUF"),
+        flag("PAIRS", "interleave warp lanes in pairs that share fragment addresses: float4 shared reads "
+                      "in two wavefronts instead of four", default=1),
     ),
     dtypes={"float32": ("float32",)},
     threads=_threads,
