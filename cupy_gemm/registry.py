@@ -50,10 +50,6 @@ class Variant:
     notes: str = ""
     source_file: str = ""
 
-    @property
-    def family_name(self) -> str:
-        return self.family.name
-
 
 @lru_cache(maxsize=None)
 def families() -> dict[str, Family]:

@@ -28,7 +28,6 @@ class Param:
     choices: tuple[int, ...] | None = None
     lo: int | None = None
     hi: int | None = None
-    power_of_two: bool = False
 
     def check(self, value) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -39,8 +38,6 @@ class Param:
             raise ConfigError(self.name, value, f">= {self.lo} ({self.doc})")
         if self.hi is not None and value > self.hi:
             raise ConfigError(self.name, value, f"<= {self.hi} ({self.doc})")
-        if self.power_of_two and value & (value - 1):
-            raise ConfigError(self.name, value, f"a power of two ({self.doc})")
 
 
 def flag(name: str, doc: str, default: int = 0) -> Param:
