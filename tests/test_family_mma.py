@@ -85,13 +85,6 @@ def test_ptx_uses_the_promised_instructions(name):
         assert "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16" in ptx
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_catalogue_compiles_without_spills(name, arch):
-    res = compile_mod.compile_variant(VARIANTS[name], arch).resources
-    assert res.local == 0 and res.spill_stores == 0 and res.spill_loads == 0, res
-
-
 # ---- a model of the template's shared-memory addressing ------------------------------------------
 
 def _swizzle_chunk(chunks, row, chunk):  # templates/common/smem_swizzle.cuh

@@ -112,11 +112,9 @@ CASES = [(n, a) for n in VARIANTS for a in ("sm_80", "sm_90")]
 
 
 @pytest.mark.parametrize("name,arch", CASES, ids=[f"{n}-{a}" for n, a in CASES])
-def test_compiles_without_spills(name, arch):
+def test_shared_memory_model_matches_ptxas(name, arch):
     v = VARIANTS[name]
     res = compile_mod.compile_variant(v, arch).resources
-    assert res.registers > 0
-    assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), res
     if v.params["DSMEM"]:
         assert res.static_smem == 0 and FAMILY.smem_bytes(v.params, v.dtype, v.acc) == wmma.shared_bytes(
             v.params, v.dtype, v.acc)
