@@ -11,6 +11,8 @@ from .registry import Variant
 from .render import KERNEL_NAME
 
 MAX_GRID_X = 2**31 - 1
+MAX_SPLITS = 32
+MIN_K_PER_SPLIT = 256  # below this a split's partial tile costs more traffic than its K slice saves
 
 
 @dataclass(frozen=True)
@@ -18,7 +20,30 @@ class LaunchConfig:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int  # dynamic shared memory bytes
-    tiles: int  # C tiles of the problem (= grid blocks unless the family is persistent)
+    tiles: int  # C tiles of the problem (= grid blocks unless the family is persistent or splits K)
+    splits: int = 1  # blocks sharing a C tile along K (split_k families)
+    workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
+
+
+def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None) -> int:
+    """How many blocks share one C tile along K: SPLIT_K when set, else enough to fill the SMs with
+    at least MIN_K_PER_SPLIT of K each; never more splits than K blocks."""
+    fam, p = variant.family, variant.params
+    if not fam.split_k:
+        return 1
+    k_blocks = max(1, -(-k // p.get("BK", 1)))
+    requested = p.get("SPLIT_K", 0)
+    if requested:
+        return max(1, min(requested, k_blocks))
+    sm_count = sm_count or 132
+    if tiles >= sm_count:
+        return 1
+    return max(1, min(sm_count // tiles, k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
+
+
+def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
+    """Bytes of templates/common/split_k.cuh's workspace: counters padded to 256 B, then fp32 partials."""
+    return -(-tiles * 4 // 256) * 256 + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
 
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None) -> LaunchConfig:
@@ -28,11 +53,13 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
     if tiles > MAX_GRID_X:
         raise InputError(f"{m}×{n} needs {tiles} tiles of {bm}×{bn}, more than a grid can hold "
                          f"({MAX_GRID_X}); use a variant with a larger tile")
-    blocks = tiles
+    splits = k_splits(variant, m, n, k, tiles, sm_count)
+    grid = (tiles, splits, 1)
     if fam.persistent:
-        blocks = min(tiles, fam.persistent * (sm_count or 1))
-    return LaunchConfig(grid=(blocks, 1, 1), block=(fam.threads(p), 1, 1),
-                        smem=fam.smem_bytes(p, variant.dtype, variant.acc), tiles=tiles)
+        grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
+    workspace = split_k_workspace(tiles, splits, bm * bn) if fam.split_k else 0
+    return LaunchConfig(grid=grid, block=(fam.threads(p), 1, 1), smem=fam.smem_bytes(p, variant.dtype, variant.acc),
+                        tiles=tiles, splits=splits, workspace=workspace)
 
 
 def compute_capability(device) -> int:
@@ -72,6 +99,22 @@ def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
             np.float32(alpha), np.float32(beta))
 
 
+_workspaces: dict[tuple[int, int], object] = {}
+
+
+def workspace(device, nbytes: int):
+    """A zero-filled scratch buffer of at least nbytes for split-K kernels, one per device and stream:
+    kernels on one stream run in order, and each leaves the counters it used back at zero."""
+    import cupy
+    key = (device.id, cupy.cuda.get_current_stream().ptr)
+    buf = _workspaces.get(key)
+    if buf is None or buf.nbytes < nbytes:
+        with device:
+            buf = cupy.zeros(max(nbytes, 2 * (buf.nbytes if buf is not None else 0), 1 << 16), dtype=np.uint8)
+        _workspaces[key] = buf
+    return buf
+
+
 def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta):
     """Everything a launch needs, for operands already in the family's layout and alignment:
     a callable that launches on CuPy's current stream."""
@@ -79,4 +122,6 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     cfg = launch_config(variant, m, n, k, device.attributes["MultiProcessorCount"])
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
+    if variant.family.split_k:
+        args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace))
     return lambda: kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)

@@ -44,6 +44,12 @@ def flag(name: str, doc: str, default: int = 0) -> Param:
     return Param(name, default, doc, choices=(0, 1))
 
 
+def split_k_param(default: int = 0) -> Param:
+    """SPLIT_K of a family with split_k=True: how many blocks share a C tile along K."""
+    return Param("SPLIT_K", default, "blocks sharing one C tile along K (fp32 partials, fixed summation order); "
+                 "0 = chosen per shape to fill the GPU", lo=0, hi=64)
+
+
 @dataclass(frozen=True)
 class Family:
     """A kernel family: a template plus the rules that make a parameter set valid.
@@ -65,6 +71,10 @@ class Family:
     make_args   for abi != "pointers": (variant, A, B, C, M, N, K, lda, ldb, ldc, alpha, beta) -> the
                 kernel's argument tuple, given CuPy arrays already resolved to the family's layout
                 and alignment (A, B, C are the operands the kernel sees, as the pointer ABI would).
+    split_k     the kernel splits K over several blocks per C tile (templates/common/split_k.cuh): it takes
+                `int splits, void* workspace` after its other arguments, the launcher picks `splits`
+                (the SPLIT_K parameter, or per shape when it is 0) and owns the workspace; blocks that
+                are not persistent find their split in blockIdx.y.
     """
     name: str
     template: str
@@ -84,6 +94,7 @@ class Family:
     needs_mma_headers: bool = False  # the template includes <mma.h> (WMMA): needs crt/mma.h
     persistent: int = 0
     make_args: Callable | None = None
+    split_k: bool = False
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

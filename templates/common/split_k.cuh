@@ -1,0 +1,56 @@
+// ---- split-K: several blocks share one C tile, each summing a slice of K -------------------------
+// A family with split_k = True gets `splits` from the launcher (gridDim.y for one-block-per-tile
+// kernels, an argument for persistent ones) and a workspace as its last argument, laid out as
+//   [tiles] unsigned counters   (zero between launches: the last block of a tile resets its own)
+//   [splits][tiles][ELEMS] fp32 partial tiles, element e of thread t at e * NTHREADS + t (coalesced)
+// Every split stores its partial, then arrives on the tile's counter; the split that arrives last adds
+// the partials in split order 0, 1, ... (its own from registers) — so the result is bitwise the same
+// whichever block finishes last — and runs the epilogue once. Partial sums stay fp32 whatever T_IN is.
+__device__ __forceinline__ int split_k_blocks(int k_blocks, int splits, int split, int& kb_begin) {
+    // K blocks split as evenly as possible: the first (k_blocks % splits) splits take one more
+    const int base = k_blocks / splits, extra = k_blocks % splits;
+    kb_begin = split * base + min(split, extra);
+    return base + (split < extra ? 1 : 0);
+}
+
+__device__ __forceinline__ unsigned* split_k_counters(void* workspace) {
+    return static_cast<unsigned*>(workspace);
+}
+
+__device__ __forceinline__ float* split_k_partial(void* workspace, int tiles, int tile, int split, int elems) {
+    // counters padded to 256 bytes so partial tiles start aligned
+    float* partials = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
+                                               ((tiles * 4 + 255) / 256) * 256);
+    return partials + ((long long)split * tiles + tile) * elems;
+}
+
+// Called by every thread of the NTHREADS that hold the tile (after storing their partial), between two
+// barriers of those threads that the caller supplies: returns true in every thread of the last split.
+// `flag` is a shared int the caller owns. The counter is reset here, so the next launch starts at zero.
+template <typename Sync>
+__device__ __forceinline__ bool split_k_arrive(void* workspace, int tile, int splits, int tid, int* flag,
+                                               Sync sync) {
+    __threadfence();  // this thread's partial is visible device-wide before the block arrives
+    sync();
+    if (tid == 0) {
+        unsigned* counter = split_k_counters(workspace) + tile;
+        const unsigned before = atomicAdd(counter, 1u);
+        const bool last = before == (unsigned)splits - 1;
+        if (last) atomicExch(counter, 0u);
+        *flag = last;
+    }
+    sync();
+    const bool last = *flag != 0;
+    if (last) __threadfence();  // acquire: the other splits' partials are read after their arrivals
+    sync();  // flag may be reused by the caller's next tile
+    return last;
+}
+
+// The last split's sum for element e: partials of splits 0..splits-1 in order, its own from `mine`.
+__device__ __forceinline__ float split_k_sum(void* workspace, int tiles, int tile, int splits, int my_split,
+                                             int elems, int index, float mine) {
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s)
+        sum += s == my_split ? mine : __ldcg(split_k_partial(workspace, tiles, tile, s, elems) + index);
+    return sum;
+}
