@@ -16,7 +16,7 @@ def add_commands(subparsers) -> None:
 
 
 def _size(n: int) -> str:
-    return f"{n} ({n / 2**20:.1f} MB)"
+    return f"{n} bytes ({n / 2**20:.1f} MB)"
 
 
 def _info() -> str:
@@ -25,7 +25,7 @@ def _info() -> str:
     return "\n".join([
         f"location        {info.location}",
         f"entries         {info.entries}",
-        f"bytes           {_size(info.bytes)}",
+        f"size            {_size(info.bytes)}",
         f"bound           {info.bound / 2**20:g} MB (CUPY_GEMM_CACHE_MAX_MB): least recently used entries go first",
         f"disk cache      {state}",
         f"failed sources  {info.failed_sources} in {cache.failed_folder()}",
@@ -34,7 +34,7 @@ def _info() -> str:
 
 def _clear(failed_sources: bool) -> str:
     cleared = cache.clear(failed_sources)
-    lines = [f"removed {cleared.entries} kernel entries, {_size(cleared.bytes)} bytes, from {cache.folder()}"]
+    lines = [f"removed {cleared.entries} kernel entries, {_size(cleared.bytes)}, from {cache.folder()}"]
     if failed_sources:
         lines.append(f"removed {cleared.failed_sources} failed sources from {cache.failed_folder()}")
     return "\n".join(lines)
