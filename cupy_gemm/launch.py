@@ -77,7 +77,6 @@ def _load_module(variant: Variant, arch: str) -> tuple[object, Compiled]:
     or written by another toolchain) is evicted from both caches and compiled once more before anything
     reaches the caller; a second refusal is a ModuleLoadError, and that image stays for inspection."""
     import cupy
-    from cupy.cuda.driver import CUDADriverError
 
     refused = []
     for attempt in range(2):
@@ -85,7 +84,7 @@ def _load_module(variant: Variant, arch: str) -> tuple[object, Compiled]:
         path = image_file(compiled)
         try:
             return cupy.RawModule(path=str(path)).get_function(KERNEL_NAME), compiled
-        except CUDADriverError as e:
+        except cupy.cuda.driver.CUDADriverError as e:
             if e.status not in IMAGE_ERRORS:
                 raise
             refused.append(e)
