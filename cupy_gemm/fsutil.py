@@ -7,11 +7,11 @@ from pathlib import Path
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file, the whole new one, or none: a temporary file
-    in the same folder (so os.replace stays on one filesystem) renamed over the target."""
+    """Write `data` to `path` so that readers see the old file or the whole new one, never half: a hidden
+    temporary file in the same folder (os.replace stays on one filesystem) renamed over the target."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -207,7 +207,7 @@ def test_old_format_files_count_and_are_evicted(cache_dir, monkeypatch):
     (cache.folder() / "old.bin").write_bytes(fake_cubin(10_000, 0))
     (cache.folder() / "old.log").write_text("ptxas info")
     set_last_use("old", 1_000_000)
-    in_flight = cache.folder() / "new.bin.k2x9a"  # another process's write in progress
+    in_flight = cache.folder() / ".new.bin.k2x9a.tmp"  # another process's write in progress
     in_flight.write_bytes(b"x" * 50_000)
     assert cache.info().entries == 1 and cache.info().bytes == 10_000 + len("ptxas info")
     monkeypatch.setenv("CUPY_GEMM_CACHE_MAX_MB", "0")
