@@ -91,11 +91,13 @@ def _load_module(variant: Variant, arch: str) -> tuple[object, Compiled]:
             if attempt == 0:
                 evict(compiled)
     nvrtc = ".".join(map(str, toolkit.nvrtc_version()))
+    driver = cupy.cuda.runtime.driverGetVersion()
     raise ModuleLoadError(
-        f"the CUDA driver cannot load variant {variant.name!r} compiled for {arch}: {refused[0]} (cached "
-        f"image), then {refused[1]} (compiled afresh by NVRTC {nvrtc}); the image is {path}. A driver older "
-        f"than NVRTC {nvrtc} refuses its output: update the driver, or install the NVRTC of the driver's CUDA "
-        f"version; `cupy-gemm cache clear` empties the kernel cache") from refused[1]
+        f"the CUDA driver refused variant {variant.name!r} compiled for {arch}: {refused[0]}; and again after "
+        f"it was evicted and compiled afresh: {refused[1]}. The image is {path} (kept for inspection). This "
+        f"driver supports CUDA {driver // 1000}.{driver % 1000 // 10} and NVRTC is {nvrtc}: a driver older "
+        f"than NVRTC refuses its output, so update the driver or install the NVRTC of its CUDA version; "
+        f"`cupy-gemm cache clear` empties the kernel cache") from refused[1]
 
 
 def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
