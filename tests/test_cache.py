@@ -8,12 +8,12 @@ import os
 import random
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from cupy_gemm import cache, compile as compile_mod, registry
+from cupy_gemm.registry import tomllib
 from cupy_gemm.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
