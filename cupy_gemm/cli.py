@@ -12,6 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from . import api, compile as compile_mod, config, registry
+from . import cli_cache
 from .errors import CupyGemmError
 
 
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true")
     p.add_argument("--arch", help="comma-separated, e.g. sm_80,sm_90 (default: CUPY_GEMM_ARCH or sm_80,sm_90)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="compile in this many processes")
+    cli_cache.add_commands(sub)
     try:
         from . import cli_sweep
     except ImportError:
@@ -180,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "cache":
+        return cli_cache.run(args)
     console = Console()
     try:
         if args.command == "show":

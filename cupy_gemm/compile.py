@@ -1,4 +1,4 @@
-"""Rendered source → NVRTC → cubin, with no GPU needed, cached in memory and on disk.
+"""Rendered source → NVRTC → cubin, with no GPU needed, cached in memory and on disk (cache.py).
 
 CuPy's low-level NVRTC binding compiles without touching a device, so the same path serves the CPU
 compile check (`cupy-gemm compile`, CI) and the GPU: launch.py loads the cubin this module produces.
@@ -7,15 +7,14 @@ ptxas's verbose report gives registers, shared and local bytes without a GPU as 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import config, toolkit
+from . import cache, config, toolkit
 from .errors import CompileError, ConfigError, DeviceError
+from .fsutil import write_atomic
 from .registry import Variant
 from .render import render
 
@@ -116,39 +115,26 @@ def compile_variant(variant: Variant, arch: str, source: str | None = None) -> C
     return compiled
 
 
-def _disk_paths(key: str) -> tuple[Path, Path]:
-    folder = config.cache_dir() / "kernels"
-    return folder / f"{key}.bin", folder / f"{key}.log"
-
-
 def _read_disk(name, arch, options, key) -> Compiled | None:
     if not config.disk_cache_enabled():
         return None
-    image, log = _disk_paths(key)
-    try:
-        return Compiled(name, arch, options, image.read_bytes(), log.read_text(), key)
-    except OSError:
-        return None
+    entry = cache.read(key, arch)  # verified: a damaged entry is deleted and reads as a miss
+    return Compiled(name, arch, options, entry.image, entry.log, key) if entry else None
 
 
 def image_file(compiled: Compiled) -> Path:
-    """A file holding the compiled image (CuPy loads modules from files): the disk cache's copy, or a
-    private temporary one when the disk cache is off."""
-    cached, _ = _disk_paths(compiled.key)
-    if config.disk_cache_enabled() and cached.is_file():
-        return cached
-    path = Path(tempfile.gettempdir()) / f"cupy-gemm-{os.getuid()}" / f"{compiled.key}.bin"
-    if not path.is_file():
-        _write_atomic(path, compiled.image)
-    return path
+    """A file holding the compiled image (CuPy loads modules from files): the disk cache's copy, checked
+    against the image and rewritten if damaged, or a private temporary one when the disk cache is off."""
+    return cache.image_file(compiled.key, compiled.variant, compiled.arch, compiled.image, compiled.log)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)  # readers see the whole file or none
+def evict(compiled: Compiled) -> None:
+    """Forget a compiled image in memory and on disk, so the next compile_variant runs NVRTC afresh."""
+    _memory.pop(compiled.key, None)
+    try:
+        cache.remove(compiled.key)
+    except OSError:  # a read-only cache folder: the recompile still replaces the image in memory
+        pass
 
 
 def _nvrtc(variant: Variant, arch: str, options, source: str, key: str) -> Compiled:
@@ -166,9 +152,7 @@ def _nvrtc(variant: Variant, arch: str, options, source: str, key: str) -> Compi
     compiled = Compiled(variant.name, arch, tuple(options), image, log, key)
     if config.disk_cache_enabled():
         try:
-            image_path, log_path = _disk_paths(key)
-            _write_atomic(log_path, log.encode())
-            _write_atomic(image_path, image)  # written last: its presence means the entry is complete
+            cache.write(key, variant.name, arch, image, log)
         except OSError:
             pass  # a read-only cache folder costs a recompile, nothing more
     return compiled
@@ -202,8 +186,8 @@ def _compile_error(variant: Variant, arch: str, source: str, log: str) -> Compil
         quoted.append("")
     saved = "(could not save it)"
     try:
-        path = config.cache_dir() / "failed" / f"{variant.name}-{arch}.cu"
-        _write_atomic(path, source.encode())
+        path = cache.failed_folder() / f"{variant.name}-{arch}.cu"
+        write_atomic(path, source.encode())
         saved = str(path)
     except OSError:
         pass

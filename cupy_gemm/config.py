@@ -1,8 +1,13 @@
 """Environment knobs, read here and nowhere else (the README lists them)."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+
+from .errors import ConfigError
+
+DEFAULT_CACHE_MAX_MB = 512
 
 
 def cache_dir() -> Path:
@@ -28,6 +33,21 @@ def cuda_toolkit_roots() -> list[str]:
 def disk_cache_enabled() -> bool:
     """CUPY_GEMM_DISK_CACHE=0 turns the on-disk cubin cache off (the in-memory cache stays)."""
     return os.environ.get("CUPY_GEMM_DISK_CACHE", "1") != "0"
+
+
+def cache_max_bytes() -> int:
+    """CUPY_GEMM_CACHE_MAX_MB: the compiled-kernel cache's size bound; least recently used entries go first."""
+    value = os.environ.get("CUPY_GEMM_CACHE_MAX_MB", "").strip()
+    if not value:
+        return DEFAULT_CACHE_MAX_MB * 2**20
+    try:
+        megabytes = float(value)
+    except ValueError:
+        megabytes = -1.0
+    if not (math.isfinite(megabytes) and megabytes >= 0):
+        raise ConfigError("CUPY_GEMM_CACHE_MAX_MB", value, "a size in megabytes such as 512 (0 keeps only the "
+                          "kernel written last)", where="environment")
+    return int(megabytes * 2**20)
 
 
 def default_archs() -> list[str]:

@@ -58,3 +58,7 @@ class CompilerNotFoundError(CupyGemmError, RuntimeError):
 
 class CompileError(CupyGemmError, RuntimeError):
     """NVRTC rejected a rendered kernel."""
+
+
+class ModuleLoadError(CompileError):
+    """The driver refused a compiled image, and refused it again after it was evicted and recompiled."""

@@ -5,14 +5,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .compile import Compiled, arch_for, compile_variant, image_file
-from .errors import ConfigError, InputError
+from . import toolkit
+from .compile import Compiled, arch_for, compile_variant, evict, image_file
+from .errors import ConfigError, InputError, ModuleLoadError
 from .registry import Variant
 from .render import KERNEL_NAME
 
 MAX_GRID_X = 2**31 - 1
 MAX_SPLITS = 32
 MIN_K_PER_SPLIT = 256  # below this a split's partial tile costs more traffic than its K slice saves
+
+# driver errors that blame the image, not the GPU or the context: the image is evicted and compiled afresh
+IMAGE_ERRORS = {
+    200: "CUDA_ERROR_INVALID_IMAGE", 209: "CUDA_ERROR_NO_BINARY_FOR_GPU", 218: "CUDA_ERROR_INVALID_PTX",
+    222: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", 300: "CUDA_ERROR_INVALID_SOURCE", 301: "CUDA_ERROR_FILE_NOT_FOUND",
+    500: "CUDA_ERROR_NOT_FOUND",
+}
 
 
 @dataclass(frozen=True)
@@ -75,14 +83,11 @@ def _identity(variant: Variant, device) -> tuple:
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
     """Compile (cached) for the device and load the kernel onto it. Returns (RawKernel, Compiled)."""
-    import cupy
-
     identity = _identity(variant, device)  # checked first: rendering and hashing cost ~0.5 ms a call
     if identity in _loaded:
         return _loaded[identity]
-    compiled = compile_variant(variant, arch_for(variant, compute_capability(device)))
     with device:
-        kernel = cupy.RawModule(path=str(image_file(compiled))).get_function(KERNEL_NAME)
+        kernel, compiled = _load_module(variant, arch_for(variant, compute_capability(device)))
         smem = variant.family.smem_bytes(variant.params, variant.dtype, variant.acc)
         limit = device.attributes["MaxSharedMemoryPerBlockOptin"]
         if smem + compiled.resources.static_smem > limit:
@@ -92,6 +97,34 @@ def load(variant: Variant, device) -> tuple[object, Compiled]:
             kernel.max_dynamic_shared_size_bytes = smem
     _loaded[identity] = (kernel, compiled)
     return kernel, compiled
+
+
+def _load_module(variant: Variant, arch: str) -> tuple[object, Compiled]:
+    """Load the image onto the current device. An image the driver refuses (damaged after it was verified,
+    or written by another toolchain) is evicted from both caches and compiled once more before anything
+    reaches the caller; a second refusal is a ModuleLoadError, and that image stays for inspection."""
+    import cupy
+
+    refused = []
+    for attempt in range(2):
+        compiled = compile_variant(variant, arch)
+        path = image_file(compiled)
+        try:
+            return cupy.RawModule(path=str(path)).get_function(KERNEL_NAME), compiled
+        except cupy.cuda.driver.CUDADriverError as e:
+            if e.status not in IMAGE_ERRORS:
+                raise
+            refused.append(e)
+            if attempt == 0:
+                evict(compiled)
+    nvrtc = ".".join(map(str, toolkit.nvrtc_version()))
+    driver = cupy.cuda.runtime.driverGetVersion()
+    raise ModuleLoadError(
+        f"the CUDA driver refused variant {variant.name!r} compiled for {arch}: {refused[0]}; and again after "
+        f"it was evicted and compiled afresh: {refused[1]}. The image is {path} (kept for inspection). This "
+        f"driver supports CUDA {driver // 1000}.{driver % 1000 // 10} and NVRTC is {nvrtc}: a driver older "
+        f"than NVRTC refuses its output, so update the driver or install the NVRTC of its CUDA version; "
+        f"`cupy-gemm cache clear` empties the kernel cache") from refused[1]
 
 
 def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
