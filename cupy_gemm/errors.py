@@ -49,7 +49,7 @@ class DTypeError(CupyGemmError, TypeError):
 
 
 class DeviceError(CupyGemmError, RuntimeError):
-    """Operands on different devices, or a variant that needs a newer GPU."""
+    """No CUDA GPU where one is needed, operands on different devices, or a variant that needs a newer GPU."""
 
 
 class CompilerNotFoundError(CupyGemmError, RuntimeError):
@@ -58,3 +58,7 @@ class CompilerNotFoundError(CupyGemmError, RuntimeError):
 
 class CompileError(CupyGemmError, RuntimeError):
     """NVRTC rejected a rendered kernel."""
+
+
+class UsageError(CupyGemmError, ValueError):
+    """A command-line value or environment variable that cannot be used as given."""

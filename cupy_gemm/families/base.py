@@ -6,6 +6,7 @@ as a static_assert with the same words. Sweeps call `check` to prune grids and r
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -30,7 +31,7 @@ class Param:
     hi: int | None = None
 
     def check(self, value) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy integers are integers
             raise ConfigError(self.name, value, f"an integer ({self.doc})")
         if self.choices is not None and value not in self.choices:
             raise ConfigError(self.name, value, f"one of {list(self.choices)} ({self.doc})")
