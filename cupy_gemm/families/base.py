@@ -111,6 +111,7 @@ class Family:
                 p.check(full[p.name])
             except ConfigError as e:
                 raise ConfigError(e.param, e.value, e.expected, where=where) from None
+        full = {k: int(v) for k, v in full.items()}  # numpy integers: no fixed-width overflow in the rules below
         smem = self.smem_bytes(full, dtype, acc)
         if smem > MAX_DYNAMIC_SMEM:
             raise ConfigError("smem", smem, f"at most {MAX_DYNAMIC_SMEM} bytes of shared memory per block "
