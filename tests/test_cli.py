@@ -16,6 +16,7 @@ import pytest
 
 import cupy_gemm
 from cupy_gemm import compile as compile_mod, registry, toolkit
+from cupy_gemm.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = registry.catalogue()
@@ -165,3 +166,16 @@ def test_a_reader_that_leaves_early_is_no_error():
     proc.stdout.close()
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0 and stderr == ""
+
+
+def test_a_failed_compile_is_a_failure_of_the_work(monkeypatch, capsys):
+    """Exit 1; the compiler's text (brackets of array indices included) on stderr as it came."""
+    log = "v.cu(12): error: identifier \"tile\" is undefined\n>   12 | acc[i][j] += tile[/red][k];"
+
+    def rejected(variant, arch, source=None):
+        raise cupy_gemm.CompileError(log)
+    monkeypatch.setattr(compile_mod, "compile_variant", rejected)
+    assert main(["compile", SMALL, "--arch", "sm_80"]) == 1
+    out, err = capsys.readouterr()
+    assert err == f"error: {SMALL} (sm_80): {log}\n"
+    assert [(r[0], r[2]) for r in table_cells(out, 7)] == [(SMALL, "failed")] and "1 of 1 compile failed" in out
