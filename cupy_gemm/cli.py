@@ -253,8 +253,8 @@ def cmd_compile(args, console: Console) -> int:
             table.add_row(Text(name), arch, *cells, f"{seconds:.2f}")
     console.print(table)
     if untargeted:
-        console.print(Text(f"{_plural(len(untargeted), 'variant')} skipped: none of {', '.join(archs)} can run "
-                           "them (`cupy-gemm list` shows each one's minimum GPU)"))
+        console.print(Text(f"skipped {_plural(len(untargeted), 'variant')} that {', '.join(archs)} cannot run "
+                           "(`cupy-gemm show VARIANT` names a variant's minimum GPU)"))
     console.print(Text(f"{failures} of {_plural(len(jobs), 'compile')} failed", style="red") if failures
                   else Text(f"all {_plural(len(jobs), 'compile')} succeeded", style="green"))
     return 1 if failures else 0

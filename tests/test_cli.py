@@ -179,3 +179,13 @@ def test_a_failed_compile_is_a_failure_of_the_work(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert err == f"error: {SMALL} (sm_80): {log}\n"
     assert [(r[0], r[2]) for r in table_cells(out, 7)] == [(SMALL, "failed")] and "1 of 1 compile failed" in out
+
+
+def test_compile_all_skips_variants_no_requested_arch_runs(monkeypatch, capsys):
+    """With --all, a variant no --arch can run is skipped and counted (named alone, it is an error)."""
+    two = {name: CATALOGUE[name] for name in (SMALL, HOPPER_ONLY)}
+    monkeypatch.setattr(registry, "catalogue", lambda: two)
+    assert main(["compile", "--all", "--arch", "sm_80"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and [r[0] for r in table_cells(out, 7)] == [SMALL]
+    assert "skipped 1 variant that sm_80 cannot run" in out and "all 1 compile succeeded" in out
