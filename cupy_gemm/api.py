@@ -5,7 +5,7 @@ import numpy as np
 
 from . import compile as _compile
 from . import config, launch, operands, registry
-from .errors import DTypeError, UnknownVariantError
+from .errors import DeviceError, DTypeError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
 
@@ -51,12 +51,12 @@ class Kernel:
     def compile(self, arch: str | None = None) -> _compile.Compiled:
         """Compile for `arch` (no GPU needed), or for the current GPU when arch is None."""
         if arch is None:
-            import cupy
-            arch = _compile.arch_for(self.variant, launch.compute_capability(cupy.cuda.Device()))
+            arch = _compile.arch_for(self.variant, _current_cc("pass arch= (e.g. 'sm_90') to compile without one"))
         return _compile.compile_variant(self.variant, arch)
 
     def resources(self, arch: str | None = None) -> _compile.Resources:
-        """Registers, static shared and local (spill) bytes, from ptxas."""
+        """Registers, static shared and local (spill) bytes, from ptxas, for `arch` (no GPU needed) or for
+        the current GPU when arch is None."""
         return self.compile(arch).resources
 
     def __call__(self, a, b, *, out=None):
@@ -103,14 +103,25 @@ def default_variant(dtype, cc: int | None = None) -> str:
     if key not in DEFAULTS:
         raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
     if cc is None:
-        import cupy
-        cc = launch.compute_capability(cupy.cuda.Device())
+        cc = _current_cc("pass cc= (e.g. 90 for an H100) to choose without one")
     cat = registry.catalogue()
     for candidate in DEFAULTS[key]:
         v = cat.get(candidate)
         if v is not None and _runs_on(v, cc):
             return candidate
     raise DTypeError(f"no variant in the catalogue serves {name} on compute capability {cc}")
+
+
+def _current_cc(way_out: str) -> int:
+    """The current GPU's compute capability, or a DeviceError saying there is none and what to do instead."""
+    import cupy
+    try:
+        return launch.compute_capability(cupy.cuda.Device())
+    except cupy.cuda.runtime.CUDARuntimeError as e:
+        # CUDA reports a machine without any driver as an "insufficient" one: say what is really missing
+        no_driver = cupy.cuda.runtime.driverGetVersion() == 0
+        raise DeviceError(f"no CUDA GPU found ({'no NVIDIA driver is loaded' if no_driver else e}); "
+                          f"{way_out}") from None
 
 
 def _runs_on(v: Variant, cc: int) -> bool:

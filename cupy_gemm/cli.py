@@ -1,8 +1,16 @@
-"""`cupy-gemm`: list, show and compile variants (GPU-free); sweep, bench and tune on a GPU."""
+"""`cupy-gemm`: list, show and compile variants (GPU-free); sweep, bench and tune on a GPU.
+
+Conventions every command keeps: results go to stdout; errors go to stderr as one `error: …` line
+(cli_output.fail), exit 2 for usage and input errors and 1 for failures of the work, never a traceback;
+text from the user, the catalogue or the compiler is printed as text, never read as rich markup; variant
+names are never cut (a name wider than its column folds onto the next line).
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -10,24 +18,71 @@ from concurrent.futures import ProcessPoolExecutor
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
-from . import api, compile as compile_mod, config, registry
-from . import cli_cache
-from .errors import CupyGemmError
+from . import __version__, api, cli_cache, compile as compile_mod, config, registry, toolkit
+from .cli_output import fail
+from .errors import CompileError, CompilerNotFoundError, CupyGemmError, UsageError
+from .sweep import parse_shape
+
+# the names people also call the dtypes; the catalogue's own names are numpy's
+DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+# a failure of the work (exit 1) rather than of what the user asked for (exit 2)
+WORK_FAILURES = (CompileError, CompilerNotFoundError)
+_ARCH = re.compile(r"(sm|compute)_(\d+)a?")
 
 
-def _parse_sets(items: list[str]) -> dict[str, int]:
-    params = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set takes KEY=VALUE, got {item!r}")
-        try:
-            params[key.strip()] = int(value)
-        except ValueError:
-            raise SystemExit(f"--set {key}: parameters are integers, got {value!r}") from None
-    return params
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
+
+# ---- argument types: a bad value becomes argparse's usage error (exit 2), not a traceback ---------------
+
+def _dtype_arg(text: str) -> str:
+    name = DTYPE_ALIASES.get(text.lower(), text.lower())
+    known = sorted({v.dtype for v in registry.catalogue().values()})
+    if name not in known:
+        aliases = ", ".join(f"{a}={d}" for a, d in DTYPE_ALIASES.items())
+        raise argparse.ArgumentTypeError(f"no variants take {text!r} inputs; the dtypes are {', '.join(known)} "
+                                         f"(also written {aliases})")
+    return name
+
+
+def _shape_arg(text: str) -> tuple[int, int, int]:
+    try:
+        return parse_shape(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _set_arg(text: str) -> tuple[str, int]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (e.g. BK=16), got {text!r}")
+    try:
+        return key.strip(), int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{key.strip()}={value!r}: parameters are integers") from None
+
+
+def _archs_arg(text: str) -> list[str]:
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in archs if not _ARCH.fullmatch(a)]
+    if bad or not archs:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(repr, bad or [text]))} is not an architecture; "
+                                         "give a comma-separated list like sm_80,sm_90 (or sm_90a)")
+    return archs
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command line's error convention: usage, then `error: …`, exit 2."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"error: {message}\n")
+
+
+# ---- list -----------------------------------------------------------------------------------------------
 
 def cmd_list(args, console: Console) -> int:
     names = api.variants(args.dtype, args.family)
@@ -40,14 +95,19 @@ def cmd_list(args, console: Console) -> int:
                            "layout": cat[n].family.layout, "params": dict(cat[n].params), "notes": cat[n].notes}
                           for n in names], indent=2))
         return 0
-    table = Table(title=f"{len(names)} variants")
-    for col in ("variant", "family", "dtype", "acc", "parameters"):
-        table.add_column(col)
+    table = Table(title=_plural(len(names), "variant"))
+    table.add_column("variant", overflow="fold")  # a name too wide for its column folds, never cut with '…'
+    for col in ("family", "dtype", "acc"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("parameters", overflow="fold")
     for n in names:
-        v = cat[n]
-        table.add_row(n, v.family.name, v.dtype, v.acc, " ".join(f"{k}={x}" for k, x in v.params.items()))
+        table.add_row(*map(Text, (n, cat[n].family.name, cat[n].dtype, cat[n].acc, _params_text(cat[n].params))))
     console.print(table)
     return 0
+
+
+def _params_text(params) -> str:
+    return " ".join(f"{k}={x}" for k, x in params.items())
 
 
 def _min_gpu(v) -> str:
@@ -59,39 +119,55 @@ def catalogue_markdown(names=None) -> str:
     cat = registry.catalogue()
     names = list(cat) if names is None else names
     lines = ["# Variants", "", "Generated by `cupy-gemm list --markdown > docs/VARIANTS.md`; do not edit by hand.", "",
-             f"{len(names)} variants in {len({cat[n].family.name for n in names})} families.", "",
+             f"{_plural(len(names), 'variant')} in "
+             f"{_plural(len({cat[n].family.name for n in names}), 'family', 'families')}.", "",
              "| variant | family | dtype | accumulate | parameters | minimum GPU | notes |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for n in names:
         v = cat[n]
-        params = " ".join(f"{k}={x}" for k, x in v.params.items())
         notes = v.notes.replace("|", "\\|")
-        lines.append(f"| `{n}` | {v.family.name} | {v.dtype} | {v.acc} | {params} | {_min_gpu(v)} | {notes} |")
+        lines.append(f"| `{n}` | {v.family.name} | {v.dtype} | {v.acc} | {_params_text(v.params)} | {_min_gpu(v)} "
+                     f"| {notes} |")
     return "\n".join(lines) + "\n"
 
 
+# ---- show -----------------------------------------------------------------------------------------------
+
 def cmd_show(args, console: Console) -> int:
     base = registry.lookup(args.variant)
-    overrides = _parse_sets(args.set)
-    variant = registry.make_variant(base.family, base.name, base.dtype, {**base.params, **overrides}, base.acc)
+    variant = registry.make_variant(base.family, base.name, base.dtype, {**base.params, **dict(args.set or ())},
+                                    base.acc)
     kernel = api.Kernel(variant)
+    if args.source:  # exactly what NVRTC compiles, so that `show V --source > v.cu` can be compiled as is
+        sys.stdout.write(kernel.source)
+        return 0
     fam = variant.family
-    info = Table(show_header=False, title=variant.name)
-    info.add_row("family", f"{fam.name}: {fam.doc}")
-    info.add_row("dtype / acc / layout", f"{variant.dtype} / {variant.acc} / {fam.layout}-major")
-    info.add_row("parameters", " ".join(f"{k}={x}" for k, x in variant.params.items()))
-    cfg = kernel.launch_config(args.m, args.n, args.k, sm_count=132)
-    info.add_row(f"launch for {args.m}×{args.n}×{args.k}", f"grid {cfg.grid}, block {cfg.block}, "
-                 f"dynamic smem {cfg.smem} B" + (" (132 SMs assumed)" if fam.persistent else ""))
-    info.add_row("alignment", f"{fam.align(variant.params, variant.dtype)} elements")
-    info.add_row("minimum GPU", _min_gpu(variant))
+    m, n, k = args.shape
+    info = Table(show_header=False, title=Text(variant.name))
+    info.add_column(overflow="fold")
+    info.add_column(overflow="fold")
+    cfg = kernel.launch_config(m, n, k, sm_count=132)
+    rows = [("family", f"{fam.name}: {fam.doc}"),
+            ("dtype / acc / layout", f"{variant.dtype} / {variant.acc} / {fam.layout}-major"),
+            ("parameters", _params_text(variant.params)),
+            (f"launch for {m}×{n}×{k}", f"grid {cfg.grid}, block {cfg.block}, dynamic smem {cfg.smem} B"
+                                        + (" (132 SMs assumed)" if fam.persistent else "")),
+            ("alignment", _plural(fam.align(variant.params, variant.dtype), "element")),
+            ("minimum GPU", _min_gpu(variant))]
     if variant.notes:
-        info.add_row("notes", variant.notes)
+        rows.append(("notes", variant.notes))
+    for row in rows:
+        info.add_row(*map(Text, row))
     console.print(info)
     if not args.no_source:
-        console.print(Syntax(kernel.source, "cuda", line_numbers=True))
+        # long lines wrap under their line number instead of being cut at the terminal's edge
+        console.print(Syntax(kernel.source, "cuda", line_numbers=True, word_wrap=True))
+        console.print(Text("Line numbers are not part of the source; `--source` prints it alone, as compiled.",
+                           style="dim"))
     return 0
 
+
+# ---- compile --------------------------------------------------------------------------------------------
 
 def _targets(variant, archs):
     """The requested archs this variant can take; Hopper-only families compile for sm_90a instead of sm_90."""
@@ -100,16 +176,19 @@ def _targets(variant, archs):
             if arch in ("sm_90", "sm_90a"):
                 yield "sm_90a"
             continue
-        if int(arch.split("_")[1].rstrip("a")) >= variant.family.min_cc(variant.params, variant.dtype, variant.acc):
+        if int(_ARCH.fullmatch(arch).group(2)) >= variant.family.min_cc(variant.params, variant.dtype, variant.acc):
             yield arch
 
 
 def _compile_one(job):
-    """(resources, error message, seconds); runs in a worker process, which fills the disk cache."""
+    """(resources, error message, seconds); runs in a worker process, which fills the disk cache.
+    A missing toolkit is not this variant's failure: it propagates and ends the whole run."""
     name, arch = job
     start = time.perf_counter()
     try:
         return compile_mod.compile_variant(registry.lookup(name), arch).resources, None, time.perf_counter() - start
+    except CompilerNotFoundError:
+        raise
     except CupyGemmError as e:
         return None, str(e), time.perf_counter() - start
 
@@ -127,48 +206,85 @@ class _Inline:
         return map(fn, items)
 
 
+def _requested_archs(args) -> list[str]:
+    """--arch, else CUPY_GEMM_ARCH; both must name targets this NVRTC knows."""
+    if args.arch is not None:
+        archs, where = args.arch, "--arch"
+    else:
+        where = "CUPY_GEMM_ARCH" if os.environ.get("CUPY_GEMM_ARCH") else "the default architectures"
+        try:
+            archs = _archs_arg(",".join(config.default_archs()))
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"CUPY_GEMM_ARCH={os.environ.get('CUPY_GEMM_ARCH', '')!r}: {e}") from None
+    supported = toolkit.supported_archs()
+    unknown = [a for a in archs if int(_ARCH.fullmatch(a).group(2)) not in supported]
+    if unknown:
+        major, minor = toolkit.nvrtc_version()
+        raise UsageError(f"{where}: NVRTC {major}.{minor} cannot compile for {', '.join(unknown)}; it targets "
+                          + ", ".join(f"sm_{a}" for a in supported))
+    return archs
+
+
 def cmd_compile(args, console: Console) -> int:
-    archs = [a.strip() for a in (args.arch.split(",") if args.arch else config.default_archs())]
     names = list(registry.catalogue()) if args.all else args.variants
     if not names:
-        console.print("name variants or pass --all")
-        return 2
+        return fail("name variants to compile, or pass --all", 2)
+    variants = {name: registry.lookup(name) for name in names}  # unknown names fail before any compile
+    archs = _requested_archs(args)
+    targets = {name: list(dict.fromkeys(_targets(v, archs))) for name, v in variants.items()}
+    untargeted = [name for name in names if not targets[name]]
+    if untargeted and not args.all:
+        return fail("; ".join(f"variant {n!r} needs {_min_gpu(variants[n])}, so it cannot be compiled for "
+                              f"{', '.join(archs)}" for n in untargeted), 2)
+    jobs = [(name, arch) for name in names for arch in targets[name]]
     table = Table(title=f"GPU-free NVRTC compile for {', '.join(archs)}")
-    for col in ("variant", "arch", "status", "regs", "smem", "local", "seconds"):
-        table.add_column(col, justify="right" if col in ("regs", "smem", "local", "seconds") else "left")
-    jobs = [(name, arch) for name in names for arch in dict.fromkeys(_targets(registry.lookup(name), archs))]
+    table.add_column("variant", overflow="fold")  # a name too wide for its column folds, never cut with '…'
+    for col in ("arch", "status", "regs", "smem", "local", "seconds"):
+        table.add_column(col, justify="left" if col in ("arch", "status") else "right")
     failures = 0
     with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else _Inline() as pool:
         for (name, arch), (res, error, seconds) in zip(jobs, pool.map(_compile_one, jobs)):
             if error is None:
-                table.add_row(name, arch, "[green]ok", str(res.registers), str(res.static_smem),
-                              str(res.local), f"{seconds:.2f}")
+                cells = (Text("ok", style="green"), str(res.registers), str(res.static_smem), str(res.local))
             else:
                 failures += 1
-                table.add_row(name, arch, "[red]failed", "", "", "", f"{seconds:.2f}")
-                console.print(f"[red]{name} ({arch})[/red]: {error}")
+                cells = (Text("failed", style="red"), "", "", "")
+                fail(f"{name} ({arch}): {error}", 1)
+            table.add_row(Text(name), arch, *cells, f"{seconds:.2f}")
     console.print(table)
-    console.print(f"{failures} failed" if failures else "[green]all compiled")
+    if untargeted:
+        console.print(Text(f"skipped {_plural(len(untargeted), 'variant')} that {', '.join(archs)} cannot run "
+                           "(`cupy-gemm show VARIANT` names a variant's minimum GPU)"))
+    console.print(Text(f"{failures} of {_plural(len(jobs), 'compile')} failed", style="red") if failures
+                  else Text(f"all {_plural(len(jobs), 'compile')} succeeded", style="green"))
     return 1 if failures else 0
 
 
+# ---- the parser and main --------------------------------------------------------------------------------
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cupy-gemm", description=__doc__)
+    parser = _Parser(prog="cupy-gemm", description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="list the catalogue")
     p.add_argument("--family")
-    p.add_argument("--dtype")
+    p.add_argument("--dtype", type=_dtype_arg, help="float32, float16 or bfloat16 (or fp32, fp16, bf16, half, float)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--markdown", action="store_true", help="the table docs/VARIANTS.md holds")
     p = sub.add_parser("show", help="parameters, launch configuration and rendered source of a variant")
     p.add_argument("variant")
-    p.add_argument("--set", action="append", metavar="K=V", help="override a parameter")
-    p.add_argument("--shape", default="4096x4096x4096", help="MxNxK for the launch configuration")
-    p.add_argument("--no-source", action="store_true")
+    p.add_argument("--set", action="append", type=_set_arg, metavar="NAME=VALUE", help="override a parameter")
+    p.add_argument("--shape", type=_shape_arg, default="4096x4096x4096",
+                   help="MxNxK (or one size for a cube) for the launch configuration")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--source", action="store_true",
+                        help="print only the rendered source, exactly as compiled (e.g. > variant.cu)")
+    source.add_argument("--no-source", action="store_true")
     p = sub.add_parser("compile", help="compile variants with NVRTC, no GPU needed")
     p.add_argument("variants", nargs="*")
     p.add_argument("--all", action="store_true")
-    p.add_argument("--arch", help="comma-separated, e.g. sm_80,sm_90 (default: CUPY_GEMM_ARCH or sm_80,sm_90)")
+    p.add_argument("--arch", type=_archs_arg,
+                   help="comma-separated, e.g. sm_80,sm_90 (default: CUPY_GEMM_ARCH or sm_80,sm_90)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="compile in this many processes")
     cli_cache.add_commands(sub)
     try:
@@ -186,16 +302,18 @@ def main(argv=None) -> int:
         return cli_cache.run(args)
     console = Console()
     try:
-        if args.command == "show":
-            args.m, args.n, args.k = (int(x) for x in args.shape.lower().split("x"))
         handler = {"list": cmd_list, "show": cmd_show, "compile": cmd_compile}.get(args.command)
         if handler is None:
             from . import cli_sweep
             return cli_sweep.run_command(args)
         return handler(args, console)
     except CupyGemmError as e:
-        console.print(f"[red]error:[/red] {e}", highlight=False)
-        return 2
+        return fail(str(e), 1 if isinstance(e, WORK_FAILURES) else 2)
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except BrokenPipeError:  # `cupy-gemm show V --source | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit has somewhere to go
+        return 0
 
 
 if __name__ == "__main__":

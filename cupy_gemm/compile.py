@@ -57,6 +57,12 @@ class Compiled:
     def resources(self) -> Resources:
         return Resources.parse(self.log)
 
+    def __repr__(self) -> str:  # the image is tens of kilobytes: name it, do not print it
+        res = self.resources
+        return (f"<Compiled {self.variant} for {self.arch}: {'PTX' if self.is_ptx else 'cubin'} of "
+                f"{len(self.image)} bytes, {res.registers} registers, {res.static_smem} B static smem, "
+                f"{res.local} B local>")
+
 
 def arch_for(variant: Variant, cc: int) -> str:
     """The NVRTC target for a device of compute capability cc (e.g. 90)."""

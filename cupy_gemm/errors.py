@@ -49,7 +49,7 @@ class DTypeError(CupyGemmError, TypeError):
 
 
 class DeviceError(CupyGemmError, RuntimeError):
-    """Operands on different devices, or a variant that needs a newer GPU."""
+    """No CUDA GPU where one is needed, operands on different devices, or a variant that needs a newer GPU."""
 
 
 class CompilerNotFoundError(CupyGemmError, RuntimeError):
@@ -62,3 +62,7 @@ class CompileError(CupyGemmError, RuntimeError):
 
 class ModuleLoadError(CompileError):
     """The driver refused a compiled image, and refused it again after it was evicted and recompiled."""
+
+
+class UsageError(CupyGemmError, ValueError):
+    """A command-line value or environment variable that cannot be used as given."""

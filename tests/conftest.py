@@ -1,3 +1,7 @@
+import os
+import shutil
+import tempfile
+
 import pytest
 
 
@@ -10,6 +14,20 @@ def _gpu_count() -> int:
 
 
 GPU_COUNT = _gpu_count()
+
+
+def pytest_configure(config):
+    # The suite compiles hundreds of kernels and writes failing sources on purpose: keep all of it out of
+    # the user's ~/.cache. A cache named explicitly (CI names one, to reuse it across runs) is used as is.
+    if os.environ.get("CUPY_GEMM_CACHE_DIR"):
+        return
+    path = tempfile.mkdtemp(prefix="cupy-gemm-test-cache-")
+    os.environ["CUPY_GEMM_CACHE_DIR"] = path  # subprocesses (CLI tests, workers) inherit it
+
+    def remove():
+        os.environ.pop("CUPY_GEMM_CACHE_DIR", None)
+        shutil.rmtree(path, ignore_errors=True)
+    config.add_cleanup(remove)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -108,7 +108,7 @@ def test_dry_run_cli(capsys):
 def test_cli_rejects_bad_sets(capsys):
     assert cli.main(["sweep", FAMILY, "--set", "BM", "--dry-run"]) == 2
     assert cli.main(["sweep", FAMILY, "--set", "BQ=1", "--dry-run"]) == 2
-    assert "BQ" in capsys.readouterr().out
+    assert "BQ" in capsys.readouterr().err  # errors go to stderr
 
 
 # ---- compile-only runs ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ as a static_assert with the same words. Sweeps call `check` to prune grids and r
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -30,7 +31,7 @@ class Param:
     hi: int | None = None
 
     def check(self, value) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy integers are integers
             raise ConfigError(self.name, value, f"an integer ({self.doc})")
         if self.choices is not None and value not in self.choices:
             raise ConfigError(self.name, value, f"one of {list(self.choices)} ({self.doc})")
@@ -121,6 +122,7 @@ class Family:
                 p.check(full[p.name])
             except ConfigError as e:
                 raise ConfigError(e.param, e.value, e.expected, where=where) from None
+        full = {k: int(v) for k, v in full.items()}  # numpy integers: no fixed-width overflow in the rules below
         smem = self.smem_bytes(full, dtype, acc)
         if smem > MAX_DYNAMIC_SMEM:
             raise ConfigError("smem", smem, f"at most {MAX_DYNAMIC_SMEM} bytes of shared memory per block "
