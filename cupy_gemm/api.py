@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import compile as _compile
-from . import config, launch, operands, registry
+from . import config, launch, operands, registry, tuning
 from .errors import DTypeError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
@@ -126,7 +126,6 @@ def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
         cc = launch.compute_capability(cupy.cuda.Device(problem.device_id))
         name = None
         if variant == AUTO:
-            from . import tuning
             name = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
                                          problem.m, problem.n, problem.k)
         variant = name or default_variant(problem.dtype, cc)
