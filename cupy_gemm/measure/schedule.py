@@ -5,6 +5,7 @@ between a Sweep and its workers; it never decides what a result means.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -31,7 +32,10 @@ class GPUModel:
     @classmethod
     def for_arch(cls, arch: str) -> "GPUModel":
         """No GPU: a compile-only run's occupancy estimate uses the architecture's published limits."""
-        cc = int(arch.split("_")[1].rstrip("a"))
+        found = re.fullmatch(r"(sm|compute)_(\d+)a?", arch)
+        if not found:
+            raise ConfigError("arch", arch, "like sm_80, sm_90 or sm_90a")
+        cc = int(found.group(2))
         return cls("", cc, sm_limits(cc))
 
 
