@@ -31,8 +31,9 @@ RESTART_GRACE = 30.0  # seconds to wait for a model's restarted worker before fa
 
 # ---- what runs on a worker ----------------------------------------------------------------------------
 
-def probe_gpu() -> dict | None:
-    """This worker's GPU (its CUDA_VISIBLE_DEVICES' first) with its provenance and SM limits; None without."""
+def probe_gpu(dask_worker=None) -> dict | None:
+    """This worker's GPU (its CUDA_VISIBLE_DEVICES' first) with its provenance and SM limits; None without.
+    (Client.run hands the worker itself to a function taking `dask_worker`.)"""
     try:
         devices.gpu_count()
     except DeviceError:
@@ -70,13 +71,13 @@ class DaskRunner:
     """A runner (see cupy_gemm.measure.runner) on the workers of the Dask scheduler at `address`.
 
     `client`, `probe` and `measure_fn` stand in for the real ones in tests: a distributed.Client already
-    connected, probe() -> worker info as probe_gpu, measure_fn(spec, shape, settings) -> record fields."""
+    connected, probe(dask_worker) -> worker info as probe_gpu, measure_fn(spec, shape, settings) -> record fields."""
 
-    def __init__(self, address: str | None = None, *, client=None, probe=probe_gpu, measure_fn=measure_on_worker,
+    def __init__(self, address: str | None = None, *, client=None, probe=None, measure_fn=None,
                  compile_timeout: float = 300.0, gpu_timeout: float = 600.0, connect_timeout: float = 10.0,
                  poll: float = 0.25):
         self.address, self._client = address, client
-        self.probe, self.measure_fn = probe, measure_fn
+        self.probe, self.measure_fn = probe or probe_gpu, measure_fn or measure_on_worker
         self.compile_timeout, self.gpu_timeout, self.connect_timeout, self.poll = \
             compile_timeout, gpu_timeout, connect_timeout, poll
         self.gpus: dict[str, dict] = {}  # worker address -> probe_gpu() info
