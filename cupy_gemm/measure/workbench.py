@@ -6,9 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import api
+from .. import api, verify
 from ..errors import CompileError, ConfigError, CupyGemmError, DeviceError
-from . import verify
 from .baselines import BASELINES, cublas_call
 from .timing import L2Flush, Timing, bench, tflops
 
