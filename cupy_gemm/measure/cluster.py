@@ -96,7 +96,12 @@ class DaskRunner:
         return self._client
 
     def alive(self) -> set[str]:
-        return set(self.client().scheduler_info(n_workers=-1)["workers"])
+        client = self.client()
+        try:
+            info = client.scheduler_info(n_workers=-1)  # newer versions list only a few workers by default
+        except TypeError:  # older distributed: every worker, no such argument
+            info = client.scheduler_info()
+        return set(info["workers"])
 
     def refresh(self) -> set[str]:
         """Probe workers that joined (a restarted worker comes back under a new address); forget those gone."""

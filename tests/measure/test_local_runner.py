@@ -9,6 +9,7 @@ from cupy_gemm import devices, registry
 from cupy_gemm.errors import DeviceError
 from cupy_gemm.measure import local, occupancy, provenance, results, space, sweep
 from cupy_gemm.measure.schedule import GPUModel
+from cupy_gemm.measure.tune import tune
 
 FAMILY = "sliced_k"
 
@@ -154,3 +155,5 @@ def test_without_a_gpu_the_runner_says_so(monkeypatch):
         sweep.run(FAMILY, ["64x64x64"], {"BK": [8]}, "float32")
     with pytest.raises(DeviceError, match="no CUDA GPU found"):
         devices.device_ids("all")
+    with pytest.raises(DeviceError, match="no CUDA GPU found"):
+        tune(["64"], "float32", variants=["sgemm_naive_f32"])
