@@ -104,7 +104,7 @@ def add_commands(subparsers) -> None:
 
 def run_command(args) -> int:
     """Run a parsed command; errors become one `error: …` line on stderr (cli_output.fail)."""
-    console = Console(highlight=False)
+    console = Console(markup=False, highlight=False)  # user text is text: styles come as rich.text.Text
     handler = {"sweep": cmd_sweep, "bench": cmd_bench, "tune": cmd_tune, "report": cmd_report}[args.command]
     try:
         return handler(args, console)
@@ -154,7 +154,7 @@ def _resume_records(args, console: Console, models: list[GPUModel]) -> list[resu
     if not args.out:
         raise ValueError("--resume continues the file given with --out")
     if not Path(args.out).exists():
-        console.print(f"{args.out} does not exist yet: starting afresh", markup=False)
+        console.print(f"{args.out} does not exist yet: starting afresh")
         return []
     meta, records = results.read(args.out)
     there = {d.get("name") for d in meta.get("devices", [])}
@@ -179,7 +179,7 @@ def cmd_sweep(args, console: Console) -> int:
         if len(pts) > 500:
             console.print(f"… and {len(pts) - 500} more")
         if tables.pruned_line(pts):
-            console.print(tables.pruned_line(pts), markup=False)
+            console.print(tables.pruned_line(pts))
         return 0
     if args.compile_only:
         return _compile_only(args, console, pts, shapes, swept)
@@ -200,7 +200,7 @@ def cmd_sweep(args, console: Console) -> int:
             raise
         writer.flush()
         console.print(f"interrupted: {len(writer.records)} records are in {args.out}; "
-                      f"run again with --resume to measure the rest", markup=False)
+                      f"run again with --resume to measure the rest")
         return 130
     for table in tables.top_tables(result.kernels(), args.top, swept,
                                    f"{args.family} {dtype}: top {args.top} of {len(result.kernels())}"):
@@ -210,7 +210,7 @@ def cmd_sweep(args, console: Console) -> int:
     if writer is not None:
         writer.meta = {**result.metadata, "command": command}
         writer.close(result.records)
-        console.print(f"wrote {args.out}", markup=False)
+        console.print(f"wrote {args.out}")
     return 0
 
 
@@ -258,10 +258,10 @@ def cmd_bench(args, console: Console) -> int:
     for path in (args.csv, args.json):
         if path:
             results.write(path, result.records, meta)
-            console.print(f"wrote {path}", markup=False)
+            console.print(f"wrote {path}")
     if args.plot:
         plots.bench_plot(result, args.plot)
-        console.print(f"wrote {args.plot}", markup=False)
+        console.print(f"wrote {args.plot}")
     return 0
 
 
@@ -302,5 +302,5 @@ def cmd_tune(args, console: Console) -> int:
                      compile_workers=args.compile_workers, compile_timeout=args.compile_timeout,
                      gpu_timeout=args.gpu_timeout)
     console.print(tables.tune_table(found, f"tuned {args.dtype} ({args.acc or tuning.default_acc(args.dtype)})"))
-    console.print(f"stored in {args.db or tuning.db_path()}", markup=False)
+    console.print(f"stored in {args.db or tuning.db_path()}")
     return 0
