@@ -4,13 +4,13 @@ HGEMM's for float16 and bfloat16), each row with its time, TFLOPS and % of cuBLA
     python bench.py                                  # everything, seed shapes
     python bench.py --dtype float16 --shapes quick   # same options as `cupy-gemm bench`
 
-It calls the same library functions as `cupy-gemm bench` (cupy_gemm.sweep.measure through cli_sweep).
+It is `cupy-gemm bench` with its own argument parser: the same library functions (cupy_gemm.measure for the
+measurements, cupy_gemm.present for the seed tables), the same errors and exit codes.
 """
 import argparse
 import sys
 
 from cupy_gemm import cli_sweep
-from cupy_gemm.errors import CupyGemmError
 
 
 def main(argv=None) -> int:
@@ -18,11 +18,7 @@ def main(argv=None) -> int:
     cli_sweep.add_bench_arguments(parser)
     args = parser.parse_args(argv)
     args.command = "bench"
-    try:
-        return cli_sweep.run_command(args)
-    except CupyGemmError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return cli_sweep.run_command(args)
 
 
 if __name__ == "__main__":

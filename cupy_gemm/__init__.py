@@ -7,11 +7,11 @@
     cupy_gemm.variants("float16"); cupy_gemm.get(name).source; cupy_gemm.render("sliced_k", BK=16)
 """
 from .api import CUBLAS, Kernel, Plan, default_variant, gemm, get, matmul, plan, render, variants
-from .tuning import tune
+from .measure.tune import tune
 from .errors import (CatalogueError, CompileError, CompilerNotFoundError, ConfigError, CupyGemmError,
                      DeviceError, DTypeError, InputError, UnknownVariantError)
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["matmul", "gemm", "tune", "plan", "Plan", "get", "Kernel", "variants", "render", "default_variant", "CUBLAS",
            "CupyGemmError", "ConfigError", "CatalogueError", "CompileError", "CompilerNotFoundError",
            "DeviceError", "DTypeError", "InputError", "UnknownVariantError"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import compile as _compile
-from . import config, launch, operands, registry
+from . import config, devices, launch, operands, registry, tuning
 from .errors import DeviceError, DTypeError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
@@ -107,7 +107,7 @@ def default_variant(dtype, cc: int | None = None) -> str:
     cat = registry.catalogue()
     for candidate in DEFAULTS[key]:
         v = cat.get(candidate)
-        if v is not None and _runs_on(v, cc):
+        if v is not None and v.runs_on(cc):
             return candidate
     raise DTypeError(f"no variant in the catalogue serves {name} on compute capability {cc}")
 
@@ -118,15 +118,7 @@ def _current_cc(way_out: str) -> int:
     try:
         return launch.compute_capability(cupy.cuda.Device())
     except cupy.cuda.runtime.CUDARuntimeError as e:
-        # CUDA reports a machine without any driver as an "insufficient" one: say what is really missing
-        no_driver = cupy.cuda.runtime.driverGetVersion() == 0
-        raise DeviceError(f"no CUDA GPU found ({'no NVIDIA driver is loaded' if no_driver else e}); "
-                          f"{way_out}") from None
-
-
-def _runs_on(v: Variant, cc: int) -> bool:
-    fam = v.family
-    return cc >= fam.min_cc(v.params, v.dtype, v.acc) and (not fam.needs_sm90a or cc == 90)
+        raise DeviceError(f"no CUDA GPU found ({devices.cuda_reason(e)}); {way_out}") from None
 
 
 def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
@@ -137,7 +129,6 @@ def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
         cc = launch.compute_capability(cupy.cuda.Device(problem.device_id))
         name = None
         if variant == AUTO:
-            from . import tuning
             name = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
                                          problem.m, problem.n, problem.k)
         variant = name or default_variant(problem.dtype, cc)

@@ -20,10 +20,11 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, api, cli_cache, compile as compile_mod, config, registry, toolkit
+from . import api, cli_cache, compile as compile_mod, config, registry, toolkit
 from .cli_output import fail
 from .errors import CompileError, CompilerNotFoundError, CupyGemmError, UsageError
-from .sweep import parse_shape
+from .measure.shapes import parse_shape
+from .version import __version__
 
 # the names people also call the dtypes; the catalogue's own names are numpy's
 DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}

@@ -1,12 +1,15 @@
-"""How the command line reports what went wrong: one plain-text line on stderr and an exit code."""
+"""How every `cupy-gemm` command reports an error: one line on stderr, `error: …`, as plain text (never rich
+markup, so brackets in names and install hints survive), and an exit code: 2 for usage and input errors,
+1 for failures of the work."""
 from __future__ import annotations
 
 import sys
 
+USAGE = 2  # the command line or an input file is wrong
+FAILED = 1  # the work could not be done (no GPU, a scheduler out of reach, …)
+
 
 def fail(message: str, code: int) -> int:
-    """Print `error: {message}` to stderr as plain text (never rich markup, so brackets and quotes in
-    names, paths and install hints survive) and return `code`: 2 for usage and input errors, 1 for
-    failures of the work."""
+    """Print `error: {message}` to stderr and return `code` (the command's exit status)."""
     print(f"error: {message}", file=sys.stderr)
     return code

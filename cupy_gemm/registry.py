@@ -50,6 +50,17 @@ class Variant:
     notes: str = ""
     source_file: str = ""
 
+    def runs_on(self, cc: int) -> bool:
+        """Whether a GPU of compute capability `cc` (e.g. 90) can run this variant: new enough for the
+        family's instructions, and exactly 9.0 for Hopper-only (sm_90a) families."""
+        fam = self.family
+        return cc >= fam.min_cc(self.params, self.dtype, self.acc) and (not fam.needs_sm90a or cc == 90)
+
+    def to_spec(self) -> tuple:
+        """Plain data that `from_spec` turns back into this variant (what crosses to a worker process or
+        host, and what a tuning entry stores)."""
+        return (self.family.name, self.name, self.dtype, self.acc, tuple(self.params.items()))
+
 
 @lru_cache(maxsize=None)
 def families() -> dict[str, Family]:
@@ -121,3 +132,15 @@ def lookup(name: str) -> Variant:
     if name not in cat:
         raise UnknownVariantError(name, list(cat) + ["cublas"])
     return cat[name]
+
+
+def from_spec(spec) -> Variant:
+    """The Variant of a `Variant.to_spec()` tuple: the catalogue's own entry when the spec names one with
+    the same parameters, else the parameter set validated again (ConfigError if it no longer is valid)."""
+    family_name, name, dtype, acc, params = spec
+    params = dict(params)
+    known = catalogue().get(name)
+    if known is not None and (known.family.name, known.dtype, known.acc, dict(known.params)) == \
+            (family_name, dtype, acc, params):
+        return known
+    return make_variant(family(family_name), name, dtype, params, acc)

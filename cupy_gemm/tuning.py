@@ -1,4 +1,5 @@
-"""The tuning database behind `matmul(a, b, variant="auto")`, and `tune(...)` that fills it.
+"""The tuning database behind `matmul(a, b, variant="auto")`: the file, and the lookup. It depends only on the
+catalogue and the renderer, so that the API imports it; `cupy_gemm.measure.tune` fills it.
 
 An entry is keyed by the GPU (name and compute capability), the input dtype, the accumulate type, the operand
 layout and a shape bucket (each of M, N, K rounded to the nearest power of two on a log scale). It names the
@@ -12,25 +13,35 @@ The database is one JSON file, `tuning.json` in cupy_gemm.config.cache_dir(), wi
 take an exclusive lock (fcntl) on `tuning.json.lock`, re-read, merge and replace the file atomically, so
 several processes may tune at once; readers never lock and see either the old or the new file.
 
-`cupy_gemm.tune(...)` calls `tune()`: the module is callable, so `cupy_gemm.tune.lookup` stays reachable.
+    from cupy_gemm import tuning
+    tuning.lookup(device, dtype, acc, layout, m, n, k)          # the catalogue variant's name, or None
+    tuning.lookup_variant(device, dtype, acc, layout, m, n, k)  # the winner itself (maybe a swept point)
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime
+import hashlib
 import json
 import math
 import os
 from pathlib import Path
 from typing import Iterable
 
-from . import config, registry
+from . import config, devices, registry
+from .errors import CupyGemmError
+from .fsutil import write_atomic
 from .registry import Variant
+from .render import render
 
 SCHEMA = 1
 FALLBACK_RATIO = 2.0  # nearest-shape fallback: every dimension within this factor of the tuned shape
 FALLBACK_MIN_GAIN = 0.03  # ... and the entry beat the default by at least 3% at its own shape
+
+
+def source_hash(variant: Variant) -> str:
+    """Hash of the rendered source: changes whenever the template or a helper it includes changes. Tuning
+    entries and sweep records carry it, so a result is never applied to a kernel that has changed since."""
+    return hashlib.sha256(render(variant).encode()).hexdigest()[:16]
 
 
 def db_path() -> Path:
@@ -81,7 +92,6 @@ def _locked(path: Path):
 
 def store(entries: Iterable[dict], path=None) -> None:
     """Add or replace entries (by key), safely with other processes doing the same."""
-    from .results import write_atomic
     path = Path(path) if path else db_path()
     with _locked(path):
         current = load(path)
@@ -92,7 +102,6 @@ def store(entries: Iterable[dict], path=None) -> None:
 
 def remove(keys: Iterable[str], path=None) -> int:
     """Delete entries by key; returns how many were there."""
-    from .results import write_atomic
     path = Path(path) if path else db_path()
     with _locked(path):
         current = load(path)
@@ -112,11 +121,9 @@ def device_key(device) -> tuple[str, int]:
     """(name, compute capability) of a device given as an id, a cupy.cuda.Device or a (name, cc) pair."""
     if isinstance(device, tuple):
         return str(device[0]), int(device[1])
-    import cupy
     dev_id = device if isinstance(device, int) else device.id
     if dev_id not in _devices:
-        from .results import device_name
-        _devices[dev_id] = (device_name(dev_id), int(cupy.cuda.Device(dev_id).compute_capability))
+        _devices[dev_id] = (devices.device_name(dev_id), devices.compute_capability(dev_id))
     return _devices[dev_id]
 
 
@@ -151,14 +158,8 @@ def resolve(entry: dict, which: str = "variant") -> Variant | None:
 
 
 def _rebuild(name, family, dtype, acc, params, expected_hash) -> Variant | None:
-    from .errors import CupyGemmError
-    from .sweep import source_hash
     try:
-        known = registry.catalogue().get(name)
-        if known is not None and dict(known.params) == params and known.dtype == dtype and known.acc == acc:
-            variant = known
-        else:
-            variant = registry.make_variant(registry.family(family), name, dtype, params, acc)
+        variant = registry.from_spec((family, name, dtype, acc, tuple(params.items())))
         return variant if source_hash(variant) == expected_hash else None
     except (CupyGemmError, KeyError, TypeError):
         return None
@@ -231,100 +232,6 @@ def lookup(device, dtype: str, acc: str | None, layout: str, m: int, n: int, k: 
     outside the catalogue, this is the fastest catalogue variant measured in the same tuning run;
     `lookup_variant` returns the winner itself. Answers are memoised until the database file changes."""
     return _answer(device, dtype, acc, layout, m, n, k)[1]
-
-
-# ---- tuning -------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class TuneResult:
-    shape: tuple[int, int, int]
-    key: str
-    winner: object = None  # results.Record of the fastest correct configuration (None: nothing ran)
-    default: object = None  # the dtype default's Record
-    cublas: object = None  # the cuBLAS Record
-    catalogue: object = None  # the fastest catalogue variant's Record
-
-
-def _default_for(dtype: str, acc: str, cc: int) -> str | None:
-    """The variant matmul would use by default for this dtype and accumulate type on compute capability cc."""
-    from .api import DEFAULTS
-    cat = registry.catalogue()
-    for name in DEFAULTS.get("tf32" if acc == "tf32" else dtype, ()):
-        v = cat.get(name)
-        if v is not None and v.acc == acc and cc >= v.family.min_cc(v.params, v.dtype, v.acc) \
-                and (not v.family.needs_sm90a or cc == 90):
-            return name
-    return None
-
-
-def tune(shapes, dtype: str = "float32", acc: str | None = None, *, families: Iterable[str] | None = None,
-         variants: Iterable[str] | None = None, family: str | None = None, grid=None, devices=None,
-         settings=None, path=None, on_event=None, **sweep_kw) -> list[TuneResult]:
-    """Measure candidates at each shape and store the fastest correct one per shape bucket.
-
-    Candidates: the catalogue's variants for (dtype, acc) — only `variants` if given, only those of
-    `families` if given — plus the points of `grid` in `family` if given, plus always the default, so that
-    the stored choice is never slower than the default at the tuned shape. Other keywords go to
-    sweep.measure (compile_workers, …, or Settings fields such as repeats=10).
-    """
-    import numpy as np
-    from . import sweep
-    dtype = dtype if isinstance(dtype, str) else np.dtype(dtype).name
-    acc = acc or default_acc(dtype)
-    shapes = sweep.parse_shapes([shapes] if isinstance(shapes, str) else
-                                [s if isinstance(s, str) else "x".join(map(str, s)) for s in shapes], dtype)
-    device_ids = sweep._device_ids(devices)
-    device, cc = device_key(device_ids[0])
-    cat = registry.catalogue()
-    if variants is not None:
-        names = [registry.lookup(n).name for n in variants]
-    else:
-        wanted = set(families) if families is not None else None
-        names = [n for n, v in cat.items() if v.dtype == dtype and v.acc == acc
-                 and (wanted is None or v.family.name in wanted)]
-    default = _default_for(dtype, acc, cc)
-    if default and default not in names:
-        names.append(default)
-    pts = sweep.catalogue_points(names)
-    if family is not None:
-        extra = [p for p in sweep.points(family, grid or {}, dtype, acc) if p.valid and p.name not in names]
-        pts += extra
-    pts = [dataclasses.replace(p, index=i) for i, p in enumerate(pts)]
-    result = sweep.measure(pts, shapes, devices=device_ids, settings=settings, on_event=on_event, **sweep_kw)
-    layout = "row"
-    out, entries = [], []
-    for shape in shapes:
-        key = entry_key(device, cc, dtype, acc, layout, bucket(*shape))
-        ranked = [r for r, _ in result.ranked(shape)]
-        found = TuneResult(shape, key)
-        found.default = next((r for r in result.kernels(shape) if r.variant == default), None)
-        found.cublas = next((r for r in result.baselines(shape) if r.status == "ok"), None)
-        found.catalogue = next((r for r in ranked if r.variant in cat), None)
-        found.winner = ranked[0] if ranked else None
-        out.append(found)
-        if found.winner is not None:
-            entries.append(_entry(found, device, cc, dtype, acc, layout, default))
-    if entries:
-        store(entries, path)
-    return out
-
-
-def _entry(found: TuneResult, device: str, cc: int, dtype: str, acc: str, layout: str, default: str | None) -> dict:
-    from . import __version__
-    w, c, d = found.winner, found.catalogue, found.default
-    entry = {"key": found.key, "device": device, "cc": cc, "dtype": dtype, "acc": acc, "layout": layout,
-             "bucket": list(bucket(*found.shape)), "shape": list(found.shape),
-             "variant": w.variant, "family": w.family, "params": dict(w.params), "source_hash": w.source_hash,
-             "time_ms": w.time_ms, "time_q1_ms": w.time_q1_ms, "time_q3_ms": w.time_q3_ms,
-             "default": default or "", "default_ms": d.time_ms if d is not None and d.status == "ok" else None,
-             "cublas": found.cublas.variant if found.cublas else "",
-             "cublas_ms": found.cublas.time_ms if found.cublas else None,
-             "tuned_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "cupy_gemm": __version__}
-    if c is not None:
-        entry.update(catalogue_variant=c.variant, catalogue_family=c.family, catalogue_params=dict(c.params),
-                     catalogue_source_hash=c.source_hash, catalogue_ms=c.time_ms)
-    return entry
 
 
 def listing(path=None) -> list[dict]:

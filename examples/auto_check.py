@@ -9,7 +9,9 @@ import argparse
 import cupy
 
 import cupy_gemm
-from cupy_gemm import sweep, timing, tuning, verify
+from cupy_gemm import tuning, verify
+from cupy_gemm.measure import timing
+from cupy_gemm.measure.shapes import parse_shape
 
 
 def time_ms(variant, a, b, out, flush) -> float:
@@ -27,8 +29,8 @@ def main() -> None:
     flush = timing.L2Flush(device.id)
     default = cupy_gemm.default_variant(args.dtype)
     print(f"{cupy.cuda.runtime.getDeviceProperties(device.id)['name'].decode()}, {args.dtype}, default {default}")
-    shapes = [("tuned", sweep.parse_shape(args.tuned))]
-    shapes += [("untuned", sweep.parse_shape(s)) for s in args.untuned.split(",") if s]
+    shapes = [("tuned", parse_shape(args.tuned))]
+    shapes += [("untuned", parse_shape(s)) for s in args.untuned.split(",") if s]
     for kind, (m, n, k) in shapes:
         a, b = verify.random_operand((m, k), args.dtype, 1), verify.random_operand((k, n), args.dtype, 2)
         out = cupy.empty((m, n), dtype=args.dtype)

@@ -47,7 +47,7 @@ def test_bad_inputs(ab):
 def test_variant_needing_newer_gpu(ab):
     cc = compute_capability(cupy.cuda.Device())
     too_new = [n for n, v in registry.catalogue().items()
-               if v.dtype == "float32" and not cupy_gemm.api._runs_on(v, cc)]
+               if v.dtype == "float32" and not v.runs_on(cc)]
     if not too_new:
         pytest.skip("every float32 variant runs on this GPU")
     with pytest.raises(DeviceError, match="compute capability"):
@@ -109,7 +109,7 @@ def test_kernel_object_reports_resources():
 def _families_first_variant(dtype, cc):
     seen = {}
     for n, v in registry.catalogue().items():
-        if v.dtype == dtype and v.family.name not in seen and cupy_gemm.api._runs_on(v, cc):
+        if v.dtype == dtype and v.family.name not in seen and v.runs_on(cc):
             seen[v.family.name] = n
     return list(seen.values())
 

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import results, sweep, timing, tuning, verify
+from cupy_gemm import tuning, verify
+from cupy_gemm.measure import baselines, results, sweep, timing, workbench
+from cupy_gemm.measure.tune import tune
 
 SHAPE = (256, 192, 160)
 QUICK = dict(repeats=5, warmup_ms=2.0, compile_workers=4)
@@ -23,10 +25,10 @@ def test_bench_times_a_kernel():
     assert t.repeats == 7 and 0 < t.q1 <= t.median <= t.q3 and all(x > 0 for x in t.times_ms)
 
 
-@pytest.mark.parametrize("dtype,acc", sorted(timing.BASELINES))
+@pytest.mark.parametrize("dtype,acc", sorted(baselines.BASELINES))
 def test_cublas_baselines_compute_the_product(dtype, acc):
     try:
-        np_dtype = timing.numpy_dtype(dtype)
+        np_dtype = workbench.numpy_dtype(dtype)
     except TypeError as e:
         pytest.skip(str(e))
     m, n, k = 130, 70, 260
@@ -34,7 +36,7 @@ def test_cublas_baselines_compute_the_product(dtype, acc):
     for order in ("C", "F"):
         a_, b_ = (cupy.asfortranarray(a), cupy.asfortranarray(b)) if order == "F" else (a, b)
         out = cupy.full((m, n), cupy.nan, dtype=np_dtype, order=order)
-        timing.cublas_call(a_, b_, out, acc)()
+        baselines.cublas_call(a_, b_, out, acc)()
         ref, scale = verify.reference(a, b)
         assert verify.check(out, ref, scale, dtype, acc, k).ok, (dtype, acc, order)
 
@@ -54,6 +56,7 @@ def test_small_sweep_records_ok_and_invalid_points():
         assert 0 < r.time_q1_ms <= r.time_ms <= r.time_q3_ms and r.repeats == 5 and r.tflops > 0
         assert r.error <= 1 and r.ragged_error <= 1 and r.ragged_shape == "257x191x161"
         assert r.registers > 0 and r.static_smem > 0 and 0 < r.occupancy <= 1 and r.device == 0
+        assert r.host and r.driver and r.device_name  # provenance of every point
         assert r.pct_cublas > 0 and r.cublas == "cublas_f32"
         assert all(isinstance(x, float) for x in r.times_ms)
     (base,) = result.baselines(SHAPE)
@@ -78,7 +81,7 @@ def test_fp16_sweep_with_rotation_and_files(tmp_path):
 
 def test_tune_then_auto(tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
-    found = tuning.tune(["512x512x512"], "float32", variants=["sgemm_naive_f32", "sgemm_sliced_k_f32"], **QUICK)
+    found = tune(["512x512x512"], "float32", variants=["sgemm_naive_f32", "sgemm_sliced_k_f32"], **QUICK)
     (f,) = found
     assert f.winner is not None and f.winner.status == "ok"
     name = tuning.lookup(cupy.cuda.Device(), "float32", None, "row", 512, 512, 512)

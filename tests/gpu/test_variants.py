@@ -16,7 +16,7 @@ def _runnable():
     if not cupy.cuda.is_available():
         return []
     cc = compute_capability(cupy.cuda.Device())
-    return [n for n, v in registry.catalogue().items() if cupy_gemm.api._runs_on(v, cc)]
+    return [n for n, v in registry.catalogue().items() if v.runs_on(cc)]
 
 
 VARIANTS = _runnable() if cupy.cuda.is_available() else list(registry.catalogue())

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import datetime
 import io
 import json
-import os
-import platform
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
+
+from ..fsutil import write_atomic
 
 SCHEMA = 1
 STATUSES = ("ok", "invalid", "compile_failed", "launch_failed", "incorrect", "compiled")
@@ -67,6 +64,8 @@ class Record:
     source_hash: str = ""
     device: int | None = None
     device_name: str = ""
+    host: str = ""  # where it was measured: with device_name and driver, the point's provenance
+    driver: str = ""
     times_ms: list = field(default_factory=list)  # every repeat (JSON only)
 
     @property
@@ -97,11 +96,24 @@ _INT_FIELDS = {f.name for f in dataclasses.fields(Record) if "int" in str(f.type
 _FLOAT_FIELDS = {f.name for f in dataclasses.fields(Record) if "float" in str(f.type)}
 
 
-def ranked(records: Iterable[Record]) -> list[tuple[Record, bool]]:
+def gpu_models(records: Iterable[Record]) -> list[str]:
+    """The GPU models the records were measured on, in order of first appearance ("" for GPU-free ones)."""
+    return list(dict.fromkeys(r.device_name for r in records if r.time_ms is not None))
+
+
+def ranked(records: Iterable[Record], gpu: str | None = None) -> list[tuple[Record, bool]]:
     """The `ok` kernel records fastest first (ties broken by name, so the order is reproducible), each with
-    whether its quartile interval overlaps the next one's: such neighbours are not reliably ordered."""
-    ok = sorted((r for r in records if r.status == "ok" and not r.is_baseline and r.time_ms is not None),
-                key=lambda r: (r.time_ms, r.variant))
+    whether its quartile interval overlaps the next one's: such neighbours are not reliably ordered.
+
+    Timings of different GPU models are never ranked together: records of several models need `gpu=`
+    (one of `gpu_models(records)`), else ValueError."""
+    ok = [r for r in records if r.status == "ok" and not r.is_baseline and r.time_ms is not None
+          and (gpu is None or r.device_name == gpu)]
+    models = gpu_models(ok)
+    if len(models) > 1:
+        raise ValueError(f"these records were measured on {len(models)} GPU models ({', '.join(models)}): "
+                         f"rank each model's on its own (gpu=NAME)")
+    ok.sort(key=lambda r: (r.time_ms, r.variant))
     out = []
     for i, rec in enumerate(ok):
         nxt = ok[i + 1] if i + 1 < len(ok) else None
@@ -109,58 +121,6 @@ def ranked(records: Iterable[Record]) -> list[tuple[Record, bool]]:
             and rec.time_q1_ms <= nxt.time_q3_ms and nxt.time_q1_ms <= rec.time_q3_ms
         out.append((rec, tied))
     return out
-
-
-def git_revision() -> str:
-    """The checkout's commit (with `-dirty` for local changes), or "" outside a git checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        if rev.returncode != 0:
-            return ""
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
-        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def metadata(devices: Iterable[int] = (), **extra) -> dict:
-    """Where and with what a result was measured: GPUs, driver, CUDA runtime, NVRTC, CuPy, git revision, time."""
-    from . import __version__, toolkit
-    meta = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(), "python": platform.python_version(), "cupy_gemm": __version__,
-            "git": git_revision()}
-    try:
-        import cupy
-        meta["cupy"] = cupy.__version__
-    except ImportError:
-        meta["cupy"] = ""
-    try:
-        meta["nvrtc"] = ".".join(map(str, toolkit.nvrtc_version()))
-    except Exception:  # no NVRTC: the file still says so rather than failing
-        meta["nvrtc"] = ""
-    devices = list(devices)
-    if devices:
-        import cupy
-        rt = cupy.cuda.runtime
-        meta["driver"] = _cuda_version(rt.driverGetVersion())
-        meta["cuda_runtime"] = _cuda_version(rt.runtimeGetVersion())
-        meta["devices"] = [{"id": d, "name": device_name(d),
-                            "compute_capability": cupy.cuda.Device(d).compute_capability} for d in devices]
-    meta.update(extra)
-    return meta
-
-
-def device_name(device_id: int) -> str:
-    import cupy
-    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
-def _cuda_version(v: int) -> str:
-    return f"{v // 1000}.{v % 1000 // 10}"
 
 
 def _cell(value):
@@ -255,21 +215,6 @@ def read(path) -> tuple[dict, list[Record]]:
     return from_csv(text) if _format(path) == "csv" else from_json(text)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)  # readers (and a resumed run) see the old file or the new one, never half
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
 
 class ResultWriter:
     """Keeps a results file up to date while a sweep runs: rewritten atomically at most every
@@ -294,33 +239,3 @@ class ResultWriter:
         if records is not None:
             self.records = list(records)
         self.flush()
-
-
-def markdown(records: Iterable[Record]) -> str:
-    """Per-family markdown tables: a row per variant, a column per shape the family was measured at, cells
-    "TFLOPS (% of cuBLAS)"; the cuBLAS rows last. Records of several files merge (a later record of the
-    same point wins)."""
-    cells: dict[tuple, dict[tuple, Record]] = {}
-    for r in records:
-        group = "cuBLAS" if r.is_baseline else r.family
-        cells.setdefault((group, r.variant, r.dtype, r.acc), {})[(r.M, r.N, r.K)] = r
-    out = []
-    for group in dict.fromkeys(g for g, *_ in sorted(cells, key=lambda key: key[0] == "cuBLAS")):
-        rows = {key: row for key, row in cells.items() if key[0] == group}
-        order = sorted({s for row in rows.values() for s in row}, key=lambda s: (s[0] * s[1] * s[2], s))
-        out += [f"### {group}", "",
-                "| variant | dtype / acc | " + " | ".join("×".join(map(str, s)) for s in order) + " |",
-                "| --- | --- | " + " | ".join("---" for _ in order) + " |"]
-        for (_, variant, dtype, acc), row in rows.items():
-            out.append(f"| `{variant}` | {dtype} / {acc} | " + " | ".join(_md_cell(row.get(s)) for s in order) + " |")
-        out.append("")
-    return "\n".join(out)
-
-
-def _md_cell(r: Record | None) -> str:
-    if r is None:
-        return ""
-    if r.status != "ok" or r.tflops is None:
-        return r.status
-    return f"{r.tflops:.1f}" + (f" ({r.pct_cublas:.0f}%)" if r.pct_cublas is not None and not r.is_baseline else "")
-

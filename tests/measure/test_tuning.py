@@ -5,7 +5,9 @@ import multiprocessing
 import pytest
 
 import cupy_gemm
-from cupy_gemm import registry, sweep, tuning
+from cupy_gemm import registry, tuning
+from cupy_gemm.measure import space
+from cupy_gemm.measure import tune as tune_mod
 
 DEVICE = ("Fake GPU", 90)
 
@@ -22,7 +24,7 @@ def _entry(variant="sgemm_sliced_k_f32", shape=(4096, 4096, 4096), time_ms=1.0, 
     entry = {"key": tuning.entry_key(device[0], device[1], dtype, acc, "row", tuning.bucket(*shape)),
              "device": device[0], "cc": device[1], "dtype": dtype, "acc": acc, "layout": "row",
              "bucket": list(tuning.bucket(*shape)), "shape": list(shape), "variant": v.name, "family": v.family.name,
-             "params": dict(v.params), "source_hash": sweep.source_hash(v), "time_ms": time_ms,
+             "params": dict(v.params), "source_hash": tuning.source_hash(v), "time_ms": time_ms,
              "default_ms": default_ms}
     entry.update(extra)
     return entry
@@ -103,12 +105,12 @@ def test_lookup_notices_file_changes(db):
 
 
 def test_swept_winner_outside_the_catalogue(db):
-    point = next(p for p in sweep.points("sliced_k", {"BM": [16], "BN": [16], "BK": [8]}, "float32") if p.valid)
+    point = next(p for p in space.points("sliced_k", {"BM": [16], "BN": [16], "BK": [8]}, "float32") if p.valid)
     assert not point.catalogue
     cat = registry.lookup("sgemm_sliced_k_f32")
     tuning.store([_entry("sweep-point", as_variant=point.variant, catalogue_variant=cat.name,
                        catalogue_family="sliced_k", catalogue_params=dict(cat.params),
-                       catalogue_source_hash=sweep.source_hash(cat), catalogue_ms=1.5)])
+                       catalogue_source_hash=tuning.source_hash(cat), catalogue_ms=1.5)])
     # lookup names a catalogue variant (what registry.lookup resolves); lookup_variant gives the winner
     assert tuning.lookup(DEVICE, "float32", None, "row", 4096, 4096, 4096) == "sgemm_sliced_k_f32"
     winner = tuning.lookup_variant(DEVICE, "float32", None, "row", 4096, 4096, 4096)
@@ -124,5 +126,16 @@ def test_default_acc(monkeypatch):
 
 def test_tune_is_exported():
     """cupy_gemm.tune(...) tunes; cupy_gemm.tuning.lookup serves matmul(variant="auto")."""
-    assert cupy_gemm.tune is tuning.tune
+    assert cupy_gemm.tune is tune_mod.tune
     assert callable(cupy_gemm.tuning.lookup_variant)
+
+
+def test_variant_spec_round_trips_and_runs_on():
+    cat = registry.lookup("sgemm_sliced_k_f32")
+    assert registry.from_spec(cat.to_spec()) is cat  # the catalogue's own entry, notes and all
+    point = next(p for p in space.points("sliced_k", {"BM": [16], "BN": [16], "BK": [8]}, "float32") if p.valid)
+    again = registry.from_spec(point.variant.to_spec())
+    assert again == point.variant and tuning.source_hash(again) == point.source_hash
+    hopper = next(v for v in registry.catalogue().values() if v.family.needs_sm90a)
+    assert hopper.runs_on(90) and not hopper.runs_on(80) and not hopper.runs_on(100)
+    assert cat.runs_on(80) and cat.runs_on(90)

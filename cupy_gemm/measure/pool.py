@@ -1,29 +1,10 @@
-"""The processes behind a sweep: NVRTC compile workers and one measuring worker per GPU, and the pool that
+"""The local runner's processes: NVRTC compile workers and one measuring worker per GPU, and the pool that
 feeds them tasks, replaces a worker that hangs or dies (a kernel that corrupts its CUDA context ends only
-its worker) and retires them at the end. cupy_gemm.sweep schedules the work; this module runs it.
+its worker) and retires them at the end. cupy_gemm.measure.local schedules the work; this module runs it.
 """
 from __future__ import annotations
 
 import os
-
-from . import registry, results
-from .registry import Variant
-from .timing import Settings
-
-
-def variant_from_spec(spec: tuple) -> Variant:
-    family, name, dtype, acc, params = spec
-    return registry.make_variant(registry.family(family), name, dtype, dict(params), acc)
-
-
-def short_error(e: BaseException, limit: int = 600) -> str:
-    """A compile error's NVRTC lines and where the source was saved; other errors as they are."""
-    text = str(e)
-    lines = text.splitlines()
-    if len(lines) > 4:
-        keep = [lines[0]] + [ln for ln in lines[1:] if "error" in ln][:3] + [ln for ln in lines if "source:" in ln][-1:]
-        text = "\n".join(dict.fromkeys(keep))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _tasks(conn):
@@ -39,66 +20,39 @@ def _tasks(conn):
 
 
 def compile_worker(conn) -> None:
-    """Compile tasks (spec, arch) -> ptxas resources. NVRTC only: never touches a GPU. The compile cache on
-    disk is what the GPU workers then load from."""
-    import time
+    """Compile tasks (spec, arch) -> tasks.compile_point's payload."""
     try:
-        from . import compile as compile_mod
+        from . import tasks
     except BaseException as e:  # report, then end: the pool retires this worker
         conn.send(("fatal", None, f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready", None, {"pid": os.getpid()}))
     for task_id, (spec, arch) in _tasks(conn):
-        start = time.perf_counter()
-        try:
-            res = compile_mod.compile_variant(variant_from_spec(spec), arch).resources
-            payload = {"ok": True, "resources": {"registers": res.registers, "static_smem": res.static_smem,
-                                                 "local": res.local, "spill_stores": res.spill_stores,
-                                                 "spill_loads": res.spill_loads}}
-        except Exception as e:
-            payload = {"ok": False, "reason": short_error(e)}
-        payload.update(arch=arch, seconds=time.perf_counter() - start)
-        conn.send(("result", task_id, payload))
+        conn.send(("result", task_id, tasks.compile_point(spec, arch)))
 
 
-def device_worker(conn, device_id: int, settings: Settings) -> None:
-    """Measure tasks (spec, shape) on one GPU, keeping the inputs and references of the current shape."""
+def device_worker(conn, device_id: int, settings) -> None:
+    """Measure tasks (spec, shape) on one GPU with a tasks.Measurer."""
     try:
         import cupy
-        from . import timing
+        from . import provenance, tasks
         cupy.cuda.Device(device_id).use()
         stream = cupy.cuda.Stream(non_blocking=True)
-        info = {"device": device_id, "name": results.device_name(device_id), "pid": os.getpid()}
+        info = {"device": device_id, **provenance.here(device_id), "pid": os.getpid()}
     except BaseException as e:
         conn.send(("fatal", None, f"GPU {device_id}: {type(e).__name__}: {e}"))
         return
     conn.send(("ready", None, info))
-    bench, bench_key = None, None
+    measurer = tasks.Measurer(settings)
     with stream:
         for task_id, (spec, shape) in _tasks(conn):
             try:
-                variant = variant_from_spec(spec)
-                key = (tuple(shape), variant.dtype, variant.family.layout)
-                if key != bench_key:
-                    bench = bench_key = None
-                    cupy.get_default_memory_pool().free_all_blocks()
-                    bench = timing.Workbench(shape, variant.dtype, variant.family.layout, settings)
-                    bench_key = key
-                fields = bench.measure(variant)
-                fields["baseline"] = bench.baseline(variant.acc)
-            except Exception as e:
-                fields = {"status": "launch_failed", "reason": f"{type(e).__name__}: {e}"}
-                if not timing.context_usable():
-                    # a sticky error (illegal address, …) poisons this process's context: report and end at
-                    # once, skipping exit handlers that would touch the dead context
-                    fields["reason"] += " (the CUDA context was lost; the GPU worker was replaced)"
-                    fields.update(device=device_id, worker_exit=True)
-                    conn.send(("result", task_id, fields))
-                    conn.close()
-                    os._exit(3)
-                if isinstance(e, MemoryError):
-                    bench = bench_key = None
-                    cupy.get_default_memory_pool().free_all_blocks()
+                fields = measurer.measure(spec, shape)
+            except tasks.ContextLost as lost:
+                # report and end at once, skipping exit handlers that would touch the dead context
+                conn.send(("result", task_id, {**lost.fields, "device": device_id, "worker_exit": True}))
+                conn.close()
+                os._exit(3)
             fields["device"] = device_id
             conn.send(("result", task_id, fields))
 

@@ -1,0 +1,76 @@
+"""Which GPUs there are, asked in one place so that a machine without one gets a DeviceError that says so
+(not a CUDA runtime error blaming the driver version).
+
+    device_ids(None)      -> [the current GPU's id]
+    device_ids("all")     -> every GPU of this process (CUDA_VISIBLE_DEVICES applies)
+    device_ids([0, 1])    -> [0, 1], checked against the GPUs there are
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .errors import DeviceError
+
+
+def gpu_count() -> int:
+    """How many CUDA GPUs this process sees; DeviceError naming the cause when there are none."""
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+    except ImportError as e:
+        raise DeviceError(f"no CUDA GPU found (CuPy does not import: {e})") from None
+    except Exception as e:  # CUDARuntimeError: no driver, no device, a driver older than the runtime
+        raise DeviceError(f"no CUDA GPU found ({cuda_reason(e)})") from None
+    if count < 1:
+        raise DeviceError("no CUDA GPU found (the driver reports none)")
+    return count
+
+
+def cuda_reason(e: BaseException) -> str:
+    """Why CUDA sees no GPU, in words: without any driver the runtime reports an "insufficient" one,
+    which blames the wrong thing."""
+    try:
+        import cupy
+        if cupy.cuda.runtime.driverGetVersion() == 0:
+            return "no NVIDIA driver is loaded"
+    except Exception:
+        return "no NVIDIA driver is loaded"
+    return str(e).strip() or type(e).__name__
+
+
+def device_ids(devices: str | Iterable[int] | None = None) -> list[int]:
+    """GPU ids from None (the current GPU), "all", or an iterable of ids; DeviceError without a GPU or for
+    an id that is not there, ValueError for an empty list."""
+    count = gpu_count()
+    if devices is None:
+        import cupy
+        return [cupy.cuda.Device().id]
+    if devices == "all":
+        return list(range(count))
+    ids = list(dict.fromkeys(int(d) for d in devices))
+    if not ids:
+        raise ValueError("devices: give at least one GPU id")
+    missing = [d for d in ids if not 0 <= d < count]
+    if missing:
+        raise DeviceError(f"no GPU {', '.join(map(str, missing))}: this process sees {count} GPU(s), ids 0 to "
+                          f"{count - 1}")
+    return ids
+
+
+def device_name(device_id: int) -> str:
+    """The GPU's model name, e.g. 'NVIDIA H100 80GB HBM3'."""
+    import cupy
+    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def compute_capability(device_id: int) -> int:
+    import cupy
+    return int(cupy.cuda.Device(device_id).compute_capability)
+
+
+def driver_version() -> str:
+    """The CUDA version the driver supports, e.g. '12.8'."""
+    import cupy
+    v = cupy.cuda.runtime.driverGetVersion()
+    return f"{v // 1000}.{v % 1000 // 10}"
