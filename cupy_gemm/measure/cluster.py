@@ -182,8 +182,9 @@ class _ClusterLoop:
                 self._check_busy(alive)
                 self._dispatch()
                 futures = list(self.compiling) + [b[0] for b in self.busy.values()]
-                try:
-                    distributed.wait(futures, timeout=self.runner.poll, return_when="FIRST_COMPLETED")
+                try:  # wait() asks for the current client: ours is not the process's default
+                    with self.client.as_current():
+                        distributed.wait(futures, timeout=self.runner.poll, return_when="FIRST_COMPLETED")
                 except TimeoutError:  # nothing finished within the poll interval
                     pass
                 self._collect_compiles()

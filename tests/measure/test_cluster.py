@@ -48,7 +48,7 @@ def client():
     killed.clear()
     KILL_EVERY_TIME[0] = False
     with distributed.LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as lc:
-        with distributed.Client(lc) as c:
+        with distributed.Client(lc, set_as_default=False) as c:  # as a runner meets it: not the default
             yield c
 
 
