@@ -1,0 +1,1 @@
+"""Presentation: tables built from measurement records."""
