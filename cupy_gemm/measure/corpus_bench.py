@@ -214,9 +214,10 @@ def _check_streams() -> None:
 
 def run(shapes: list[Shape], dtypes: Iterable[str] = records_.DTYPES, *, variants: list[str] | None = None,
         settings: Settings = Settings(), progress: Callable[[str], None] | None = None,
-        command: str = "") -> tuple[dict, list[dict]]:
+        command: str = "", checkpoint: Callable[[dict, list], None] | None = None) -> tuple[dict, list[dict]]:
     """(provenance, records) of the corpus benchmark on the current GPU; `progress` receives a line per
-    measurement."""
+    measurement, `checkpoint` (provenance, records so far) after each shape, so that a run cut short
+    still leaves what it measured."""
     import cupy
     say = progress or (lambda line: None)
     dtypes = list(dtypes)
@@ -240,9 +241,13 @@ def run(shapes: list[Shape], dtypes: Iterable[str] = records_.DTYPES, *, variant
                 for r in rows:
                     say(f"[{mode} {i}/{len(shapes)}] {shape.name} {shape.label}: {line(r)}")
                 cupy.get_default_memory_pool().free_all_blocks()
+                if checkpoint:
+                    checkpoint(meta, out)
             for r in host_records(mode, settings) if variants is None else []:
                 out.append(r)
                 say(f"[{mode} host] {r['name']}: {line(r)}")
+            if checkpoint:
+                checkpoint(meta, out)
     return meta, out
 
 
@@ -282,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     variants = args.variants.split(",") if args.variants else None
     command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
     meta, rows = run(corpus_shapes(args.shapes), dtypes, variants=variants, settings=settings,
-                     progress=lambda text: print(text, flush=True), command=command)
+                     progress=lambda text: print(text, flush=True), command=command,
+                     checkpoint=lambda meta, rows: records_.write(args.out, meta, rows))
     paths = records_.write(args.out, meta, rows)
     for mode, stats in records_.summarise(rows).items():
         parts = [f"{key} geomean {s['geomean']:.3f} min {s['min']:.3f} ({s['min_at']})"
