@@ -222,6 +222,24 @@ def test_tables_from_records():
     host_rows = [x for x in lines if x.startswith("| float16 |")]
     assert len(host_rows) == 4 and "0.67" in host_rows[0] and "0.80" in host_rows[0]
     assert "| float16 | **min** |" in text
+    share = 100 * (16 * 4096 * 2 + 4096 * 4096) * 2 / 20e-6 / BANDWIDTH
+    assert f"Shapes with M ≤ 16: our share of the copy bandwidth has a geometric mean of {share:.0f}% and a " \
+           f"minimum of {share:.0f}% (test.16x4096x4096)." in text
+    assert "Fastest candidate" not in text
+
+
+def test_candidate_table():
+    shape = _shape(64, 4096, 4096)
+    outcomes = {"a": {"variant": "a", "status": "ok", "reason": ""},
+                "b": {"variant": "b", "status": "invalid", "reason": "ConfigError"}}
+    rows = corpus_records.shape_records(shape, "float16", "candidate", outcomes,
+                                        {"a": _timing(30.0), "cupy": _timing(45.0)}, {}, 2, 3, BANDWIDTH, 300.0)
+    none = corpus_records.shape_records(_shape(1, 4096, 4096), "float16", "candidate", {"b": outcomes["b"]},
+                                        {"cupy": _timing(10.0)}, {}, 2, 3, BANDWIDTH, 300.0)
+    text = corpus_tables.markdown({"command": "cmd"}, rows + none)
+    assert "#### Fastest candidate per shape" in text and "#### float16" not in text
+    assert "| float16 | test.64x4096x4096 | 64×4096×4096 | `a` | 30.0 | 45.0 | 1.50 |  | 1 / 2 |" in text
+    assert "| float16 | test.1x4096x4096 | 1×4096×4096 | none |  | 10.0 |  |  | 0 / 1 |" in text
 
 
 def test_bench_command_rejects_bad_arguments(capsys):

@@ -1,7 +1,8 @@
 """Markdown tables of the corpus benchmark for docs/PERFORMANCE.md: per precision a row per shape (the
 variant the default picked, GPU µs per call of ours, cupy.matmul and torch.matmul, our TFLOPS, the two
 ratios, our share of the copy bandwidth where the shape is memory-bound) closed by the geometric mean and
-the minimum of each ratio; then the host cost per call."""
+the minimum of each ratio; then the host cost per call, and for a run over candidate variants the
+fastest of each shape."""
 from __future__ import annotations
 
 from ..measure import corpus_records as records_
@@ -63,6 +64,10 @@ def shape_tables(records: list[dict]) -> str:
         if not rows:
             continue
         out += [f"#### {mode}", "", *_table(SHAPE_HEADER, [_shape_row(r) for r in rows] + _summary_rows(summary[mode]))]
+        decode = summary[mode]["hbm_pct_m16"]
+        if decode["count"]:
+            out.append(f"\nShapes with M ≤ 16: our share of the copy bandwidth has a geometric mean of "
+                       f"{decode['geomean']:.0f}% and a minimum of {decode['min']:.0f}% ({decode['min_at']}).")
         if summary[mode]["failed"]:
             out.append(f"\nNot counted in the means (ours failed or was wrong): {', '.join(summary[mode]['failed'])}.")
         out.append("")
@@ -85,12 +90,35 @@ def host_table(records: list[dict]) -> str:
     return "\n".join(_table(HOST_HEADER, rows)) if rows else ""
 
 
+CANDIDATE_HEADER = ("dtype", "shape", "M×N×K", "fastest", "µs", "µs cupy", "×cupy", "×torch", "correct / tried")
+
+
+def candidate_table(records: list[dict]) -> str:
+    """Per precision and shape, the fastest correct candidate variant: what a dispatch table would hold."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["kind"] == "candidate":
+            groups.setdefault((r["dtype"], r["name"]), []).append(r)
+    rows = []
+    for (mode, name), group in groups.items():
+        best = next((r for r in group if r.get("best")), None)
+        ok = sum(r["status"] == "ok" for r in group)
+        first = best or group[0]
+        rows.append([mode, name, _mnk(first), f"`{best['variant']}`" if best else "none",
+                     _num(best["ours_us"]) if best else "", _num(first["cupy_us"]),
+                     _num(best["x_cupy"], 2) if best else "", _num(best["x_torch"], 2) if best else "",
+                     f"{ok} / {len(group)}"])
+    return "\n".join(_table(CANDIDATE_HEADER, rows)) if rows else ""
+
+
 def markdown(meta: dict, records: list[dict]) -> str:
     """The whole section: provenance line, the per-precision shape tables, the host-cost table."""
     parts = [f"Measured on {heading(meta)}. Command: `{meta.get('command', '')}`.", "", shape_tables(records)]
-    host = host_table(records)
+    host, chosen = host_table(records), candidate_table(records)
     if host:
         parts += ["#### Host cost per call", "", host, ""]
+    if chosen:
+        parts += ["#### Fastest candidate per shape", "", chosen, ""]
     return "\n".join(parts)
 
 
