@@ -109,7 +109,7 @@ class L2Flush:
         self.kernel((1024,), (256,), (self.buffer, np.int64(self.words), np.int64(self.count)))
 
 
-def _spin(device_id: int, seconds: float) -> None:
+def spin(device_id: int, seconds: float) -> None:
     kernel = _helpers(device_id).get_function("cupy_gemm_spin")
     kernel((1,), (1,), (np.uint64(int(seconds * 1e9)),))
 
@@ -146,7 +146,7 @@ def bench(fn: Callable[[], object], *, repeats: int = 20, warmup_ms: float = 25.
     starts = [cupy.cuda.Event() for _ in range(repeats)]
     ends = [cupy.cuda.Event() for _ in range(repeats)]
     # head start: enqueuing one repeat costs the host about a call plus a flush and two records
-    _spin(device_id, min(0.2, 1e-3 + 1.5 * repeats * (host_per_call + 30e-6)))
+    spin(device_id, min(0.2, 1e-3 + 1.5 * repeats * (host_per_call + 30e-6)))
     for s, e in zip(starts, ends):
         if flush is not None:
             flush()

@@ -1,0 +1,302 @@
+"""The corpus benchmark: the default `cupy_gemm.matmul` against `cupy.matmul` and `torch.matmul` (when
+PyTorch is importable) on the shapes of cupy_gemm.measure.corpus, in one run on one GPU.
+
+Per precision and shape: GPU time per call of each (corpus_timing: events around many calls, operands
+rotated through more than twice the L2 cache; the three share the same device memory, torch through
+DLPack), TFLOPS, ratios, the share of the copy bandwidth measured at the start of the run, and every
+output checked against the float64 reference. Per precision: host cost per call on small squares.
+Precisions: float16 and bfloat16 (fp32 accumulation), float32 (exact, CUDA cores, for all three) and
+tf32 (float32 inputs on TF32 tensor cores for all three).
+
+    python -m cupy_gemm.measure.corpus_bench --shapes llm-small --dtypes float16,float32 --out DIR
+
+With `variants=[...]` each shape times those of the variants that serve the precision instead of the
+default, recording each and marking the fastest correct one `best`: what a dispatch table is made from.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .. import api, registry, verify
+from ..errors import CupyGemmError
+from .workbench import numpy_dtype
+from . import corpus_records as records_
+from . import corpus_timing as timing
+from .corpus import Shape
+
+
+@dataclass(frozen=True)
+class Settings:
+    repeats: int = 7
+    warmup_ms: float = 20.0
+    target_ms: float = 2.0  # GPU time between one pair of events
+    max_seconds: float = 3.0  # per shape and precision, all implementations together
+    host_sizes: tuple[int, ...] = (64, 256, 1024)  # squares whose host cost per call is measured
+    host_calls: int = 500
+    check: bool = True
+    torch: bool = True  # compare with torch.matmul when PyTorch is importable
+    seed: int = 0
+
+
+def input_dtype(mode: str) -> str:
+    return "float32" if mode == "tf32" else mode
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+@contextlib.contextmanager
+def precision(mode: str):
+    """Exact float32 or TF32 for all three libraries while the block runs, switched as a user would:
+    CUPY_TF32 (read by cupy_gemm at every call), CuPy's compute type (CuPy reads CUPY_TF32 only once, at
+    its first product) and torch's allow_tf32. Everything is restored afterwards."""
+    from cupy._core import _routines_linalg as linalg
+    if mode not in records_.DTYPES:
+        raise ValueError(f"unknown dtype {mode!r}; choose from {', '.join(records_.DTYPES)}")
+    tf32, torch = mode == "tf32", _torch()
+    saved = (os.environ.get("CUPY_TF32"), linalg.get_compute_type(np.float32),
+             torch.backends.cuda.matmul.allow_tf32 if torch else None)
+    os.environ["CUPY_TF32"] = "1" if tf32 else "0"
+    linalg.set_compute_type(np.float32, linalg.COMPUTE_TYPE_TF32 if tf32 else linalg.COMPUTE_TYPE_DEFAULT)
+    if torch:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        env, compute, torch_tf32 = saved
+        if env is None:
+            os.environ.pop("CUPY_TF32", None)
+        else:
+            os.environ["CUPY_TF32"] = env
+        linalg.set_compute_type(np.float32, compute)
+        if torch:
+            torch.backends.cuda.matmul.allow_tf32 = torch_tf32
+
+
+def operand_sets(mnk: tuple[int, int, int], dtype: str, count: int, seed: int) -> list[tuple]:
+    """`count` sets (A, B, out), inputs random normal: never zeros, which would hide a wrong index."""
+    import cupy
+    m, n, k = mnk
+    target = numpy_dtype(dtype)
+    sets = []
+    for i in range(count):
+        rng = cupy.random.default_rng(seed + i)
+        a = rng.standard_normal((m, k), dtype=cupy.float32).astype(target)
+        b = rng.standard_normal((k, n), dtype=cupy.float32).astype(target)
+        sets.append((a, b, cupy.empty((m, n), dtype=target)))
+    return sets
+
+
+def baseline_calls(sets, torch) -> dict[str, list[Callable]]:
+    """cupy.matmul and (with torch) torch.matmul on the same device memory, shared through DLPack."""
+    import cupy
+    calls = {"cupy": [lambda a=a, b=b, o=o: cupy.matmul(a, b, out=o) for a, b, o in sets]}
+    if torch is not None:
+        views = [tuple(torch.from_dlpack(x) for x in s) for s in sets]
+        calls["torch"] = [lambda a=a, b=b, o=o: torch.matmul(a, b, out=o) for a, b, o in views]
+    return calls
+
+
+def candidates(mode: str, names: Iterable[str]) -> list[registry.Variant]:
+    """The variants among `names` that serve `mode`: its input dtype, and TF32 accumulation exactly when
+    mode is tf32. An unknown name raises UnknownVariantError before anything runs."""
+    found = [registry.lookup(name) for name in names]
+    return [v for v in found if v.dtype == input_dtype(mode) and (v.acc == "tf32") == (mode == "tf32")]
+
+
+def _ours(sets, variants) -> tuple[dict, dict]:
+    """({key: plans} of the implementations that could be planned, {key: outcome} of all of them)."""
+    plans, outcomes = {}, {}
+    for variant in variants:
+        key = "ours" if variant is None else variant.name
+        try:
+            plans[key] = [api.Plan(a, b, out=o, variant=variant) for a, b, o in sets]
+        except CupyGemmError as e:  # a variant that cannot serve this shape is a finding, not a stop
+            outcomes[key] = {"variant": key, "status": "invalid", "reason": f"{type(e).__name__}: {e}"}
+            continue
+        used = plans[key][0].variant
+        outcomes[key] = {"variant": getattr(used, "name", used), "status": "ok", "reason": ""}
+    return plans, outcomes
+
+
+def _first_calls(calls: dict, plans: dict, outcomes: dict, sets, mode: str, k: int,
+                 check: bool) -> tuple[dict, dict]:
+    """Run each implementation once on the first set, its output NaN-poisoned: ({key: worst error/bound}
+    when `check`, {baseline: why it failed}). A wrong result of ours makes its outcome `incorrect`; a
+    baseline that raises (a dtype its library lacks) is dropped from `calls`."""
+    import cupy
+    reference = verify.reference(sets[0][0], sets[0][1]) if check else None
+    out = sets[0][2]
+    errors, failures = {}, {}
+    for key in list(calls):
+        used = plans[key][0].variant if key in plans else None
+        acc = used.acc if isinstance(used, registry.Variant) else "tf32" if mode == "tf32" else "float32"
+        out.fill(cupy.nan)  # an element the call skips stays NaN
+        try:
+            calls[key][0]()
+            cupy.cuda.get_current_stream().synchronize()
+        except (cupy.cuda.runtime.CUDARuntimeError, cupy.cuda.driver.CUDADriverError):
+            raise  # the context may be gone: not a finding about one library
+        except Exception as e:
+            if key in plans:
+                raise
+            del calls[key]
+            failures[key] = f"{type(e).__name__}: {e}"
+            continue
+        if check:
+            verdict = verify.check(out, *reference, input_dtype(mode), acc, k)
+            errors[key] = verdict.worst_ratio
+            if key in plans and not verdict.ok:
+                outcomes[key].update(status="incorrect", reason=str(verdict))
+    return errors, failures
+
+
+def measure_shape(shape: Shape, mode: str, settings: Settings, bandwidth: float, ridge: float | None,
+                  variants: list | None = None) -> list[dict]:
+    """Records for one shape in one precision (inside precision(mode)): a `corpus` record for the
+    default path, or a `candidate` record per variant when `variants` is given."""
+    import cupy
+    itemsize = numpy_dtype(input_dtype(mode)).itemsize
+    count = timing.rotation_count(records_.min_bytes(*shape.mnk, itemsize), timing.l2_bytes(cupy.cuda.Device().id))
+    sets = operand_sets(shape.mnk, input_dtype(mode), count, settings.seed)
+    calls = baseline_calls(sets, _torch() if settings.torch else None)
+    plans, outcomes = _ours(sets, [None] if variants is None else variants)
+    calls.update(plans)
+    errors, failures = _first_calls(calls, plans, outcomes, sets, mode, shape.k, settings.check)
+    timed = {key: timing.Rotation(c) for key, c in calls.items()
+             if key not in outcomes or outcomes[key]["status"] == "ok"}
+    times = timing.time_rounds(timed, repeats=settings.repeats, warmup_ms=settings.warmup_ms,
+                               target_ms=settings.target_ms, max_seconds=settings.max_seconds)
+    return records_.shape_records(shape, mode, "corpus" if variants is None else "candidate", outcomes, times,
+                                  errors, itemsize, count, bandwidth, ridge, failures)
+
+
+def host_records(mode: str, settings: Settings) -> list[dict]:
+    """Wall time per call of `host_calls` calls in a loop, one synchronisation, on small squares."""
+    import cupy
+    torch = _torch() if settings.torch else None
+    out = []
+    for size in settings.host_sizes:
+        sets = operand_sets((size, size, size), input_dtype(mode), 1, settings.seed)
+        a, b, o = sets[0]
+        calls = {"ours": lambda: api.matmul(a, b, out=o),
+                 **{key: c[0] for key, c in baseline_calls(sets, torch).items()}}
+        us = {key: timing.host_cost(call, settings.host_calls) * 1e6 for key, call in calls.items()}
+        used = api.Plan(a, b, out=o).variant
+        record = {"kind": "host", "dtype": mode, "name": f"square.{size}", "M": size, "N": size, "K": size,
+                  "variant": getattr(used, "name", used), "status": "ok", "calls": settings.host_calls,
+                  **{f"{key}_us": us.get(key) for key in ("ours",) + records_.BASELINES}}
+        record.update({f"x_{key}": records_.ratio(record[f"{key}_us"], record["ours_us"])
+                       for key in records_.BASELINES})
+        out.append(record)
+        cupy.cuda.get_current_stream().synchronize()
+    return out
+
+
+def _check_streams() -> None:
+    """Events, CuPy and torch must share one stream, or the events would not bracket torch's kernels."""
+    import cupy
+    torch = _torch()
+    if torch is not None and torch.cuda.current_stream().cuda_stream != cupy.cuda.get_current_stream().ptr:
+        raise RuntimeError("torch and CuPy launch on different streams; run from the default stream of both")
+
+
+def run(shapes: list[Shape], dtypes: Iterable[str] = records_.DTYPES, *, variants: list[str] | None = None,
+        settings: Settings = Settings(), progress: Callable[[str], None] | None = None,
+        command: str = "", checkpoint: Callable[[dict, list], None] | None = None) -> tuple[dict, list[dict]]:
+    """(provenance, records) of the corpus benchmark on the current GPU; `progress` receives a line per
+    measurement, `checkpoint` (provenance, records so far) after each shape, so that a run cut short
+    still leaves what it measured."""
+    import cupy
+    say = progress or (lambda line: None)
+    dtypes = list(dtypes)
+    chosen = {mode: candidates(mode, variants) for mode in dtypes} if variants is not None else {}
+    device = cupy.cuda.Device()
+    _check_streams()
+    bandwidth = timing.copy_bandwidth()
+    meta = records_.provenance(command, [device.id], hbm_bytes_per_s=bandwidth, l2_bytes=timing.l2_bytes(device.id),
+                               rotation_factor=timing.ROTATION_FACTOR, settings=dataclasses.asdict(settings))
+    say(f"{meta['gpu']}: copy bandwidth {bandwidth / 1e9:.0f} GB/s, L2 {meta['l2_bytes'] >> 20} MiB")
+    out: list[dict] = []
+    for mode in dtypes:
+        if variants is not None and not chosen[mode]:
+            say(f"[{mode}] none of the variants takes {mode}: skipped")
+            continue
+        ridge = records_.ridge_point(meta["gpu"], mode, bandwidth)
+        with precision(mode):
+            for i, shape in enumerate(shapes, 1):
+                rows = measure_shape(shape, mode, settings, bandwidth, ridge, chosen.get(mode))
+                out += rows
+                for r in rows:
+                    say(f"[{mode} {i}/{len(shapes)}] {shape.name} {shape.label}: {line(r)}")
+                cupy.get_default_memory_pool().free_all_blocks()
+                if checkpoint:
+                    checkpoint(meta, out)
+            for r in host_records(mode, settings) if variants is None else []:
+                out.append(r)
+                say(f"[{mode} host] {r['name']}: {line(r)}")
+            if checkpoint:
+                checkpoint(meta, out)
+    return meta, out
+
+
+def line(r: dict) -> str:
+    """A record in one line of progress."""
+    def us(key):
+        return "-" if r.get(key) is None else f"{r[key]:.1f}"
+
+    def x(key):
+        return "-" if r.get(key) is None else f"{r[key]:.2f}x"
+    text = (f"{r['variant']} {r['status']} ours {us('ours_us')} cupy {us('cupy_us')} torch {us('torch_us')} us, "
+            f"{x('x_cupy')} cupy, {x('x_torch')} torch")
+    if r.get("ours_tflops") is not None:
+        text += f", {r['ours_tflops']:.1f} TFLOPS, {r['ours_hbm_pct']:.0f}% HBM"
+    return text + (f" ({r['reason']})" if r.get("reason") else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+    from .corpus import CORPORA, shapes as corpus_shapes
+    prog = "python -m cupy_gemm.measure.corpus_bench"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default="llm-small", choices=CORPORA)
+    parser.add_argument("--dtypes", default=",".join(records_.DTYPES),
+                        help="comma-separated, from " + ", ".join(records_.DTYPES))
+    parser.add_argument("--variants", default=None, help="comma-separated variants to time instead of the default")
+    parser.add_argument("--repeats", type=int, default=Settings.repeats)
+    parser.add_argument("--no-torch", action="store_true", help="skip torch.matmul")
+    parser.add_argument("--out", required=True, help="folder for corpus.json and corpus.csv")
+    args = parser.parse_args(argv)
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    unknown = [d for d in dtypes if d not in records_.DTYPES]
+    if unknown:
+        parser.error(f"unknown dtype(s) {', '.join(unknown)}; choose from {', '.join(records_.DTYPES)}")
+    settings = Settings(repeats=args.repeats, torch=not args.no_torch)
+    variants = args.variants.split(",") if args.variants else None
+    command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
+    meta, rows = run(corpus_shapes(args.shapes), dtypes, variants=variants, settings=settings,
+                     progress=lambda text: print(text, flush=True), command=command,
+                     checkpoint=lambda meta, rows: records_.write(args.out, meta, rows))
+    paths = records_.write(args.out, meta, rows)
+    for mode, stats in records_.summarise(rows).items():
+        parts = [f"{key} geomean {s['geomean']:.3f} min {s['min']:.3f} ({s['min_at']})"
+                 for key, s in stats.items() if key in records_.RATIOS and s["count"]]
+        print(f"{mode}: " + "; ".join(parts) + (f"; failed: {', '.join(stats['failed'])}" if stats["failed"] else ""))
+    print(f"wrote {paths['json']} and {paths['csv']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
