@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from . import config, registry, tuning
+from . import cli_corpus, config, registry, tuning
 from .cli_output import FAILED, USAGE, fail
 from .errors import CompilerNotFoundError, CupyGemmError, DeviceError
 from .measure import grids, provenance, results, shapes as shapes_mod, space, sweep
@@ -54,7 +54,10 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", action="append", help="only these input dtypes (repeatable)")
     p.add_argument("--variant", action="append", help="only variants matching these globs (repeatable)")
     p.add_argument("--shapes", default="seed", help="seed (the seed tables' shapes per dtype), hgemm, sgemm, "
-                   "square, quick, or MxNxK[,MxNxK…] (default: seed)")
+                   "square, quick, or MxNxK[,MxNxK…] (default: seed); llm or llm-small: the model-shape corpus, "
+                   "the default path against cupy.matmul and torch.matmul (--dtype also takes tf32)")
+    p.add_argument("--out", help="corpus runs: the folder for corpus.json, corpus.csv and corpus.md (default .)")
+    p.add_argument("--no-torch", action="store_true", help="corpus runs: leave torch.matmul out")
     p.add_argument("--quick", action="store_true",
                    help="a short run: the 'quick' shapes (1024³, 4096³), 5 repeats, 5 ms warm-up")
     p.add_argument("--csv", help="also write the records to this CSV file")
@@ -242,6 +245,8 @@ def bench_variants(families=None, dtypes=None, globs=None) -> list[str]:
 
 
 def cmd_bench(args, console: Console) -> int:
+    if cli_corpus.is_corpus(args.shapes):
+        return cli_corpus.run(args, console)
     if args.quick:
         args.shapes, args.repeats, args.warmup_ms, args.max_seconds = "quick", 5, 5.0, 0.5
     names = bench_variants(args.family, args.dtype, args.variant)

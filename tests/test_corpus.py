@@ -242,10 +242,17 @@ def test_candidate_table():
     assert "| float16 | test.1x4096x4096 | 1×4096×4096 | none |  | 10.0 |  |  | 0 / 1 |" in text
 
 
-def test_bench_command_rejects_bad_arguments(capsys):
-    from cupy_gemm.measure import corpus_bench
-    with pytest.raises(SystemExit):
-        corpus_bench.main(["--dtypes", "float16,float64", "--out", "x"])
-    assert "float64" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        corpus_bench.main(["--shapes", "llm-huge", "--out", "x"])
+def test_bench_command_rejects_bad_arguments():
+    """`cupy-gemm bench --shapes llm…`: a bad dtype is a usage error before anything needs a GPU; without
+    a GPU the run is one error line, never a traceback."""
+    import subprocess
+    import sys
+
+    def bench(*args):
+        return subprocess.run([sys.executable, "-m", "cupy_gemm.cli", "bench", *args], capture_output=True, text=True)
+    bad = bench("--shapes", "llm-small", "--dtype", "float64", "--out", "x")
+    assert bad.returncode == 2 and "float64" in bad.stderr and "Traceback" not in bad.stderr
+    from conftest import GPU_COUNT
+    if not GPU_COUNT:
+        none = bench("--shapes", "llm-small", "--dtype", "float16", "--out", "x")
+        assert none.returncode == 1 and none.stderr.startswith("error: no CUDA GPU found"), none.stderr

@@ -8,7 +8,7 @@ output checked against the float64 reference. Per precision: host cost per call 
 Precisions: float16 and bfloat16 (fp32 accumulation), float32 (exact, CUDA cores, for all three) and
 tf32 (float32 inputs on TF32 tensor cores for all three).
 
-    python -m cupy_gemm.measure.corpus_bench --shapes llm-small --dtypes float16,float32 --out DIR
+    cupy-gemm bench --shapes llm-small --dtype float16 --dtype tf32 --out DIR
 
 With `variants=[...]` each shape times those of the variants that serve the precision instead of the
 default, recording each and marking the fastest correct one `best`: what a dispatch table is made from.
@@ -264,39 +264,3 @@ def line(r: dict) -> str:
         text += f", {r['ours_tflops']:.1f} TFLOPS, {r['ours_hbm_pct']:.0f}% HBM"
     return text + (f" ({r['reason']})" if r.get("reason") else "")
 
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-    from .corpus import CORPORA, shapes as corpus_shapes
-    prog = "python -m cupy_gemm.measure.corpus_bench"
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", default="llm-small", choices=CORPORA)
-    parser.add_argument("--dtypes", default=",".join(records_.DTYPES),
-                        help="comma-separated, from " + ", ".join(records_.DTYPES))
-    parser.add_argument("--variants", default=None, help="comma-separated variants to time instead of the default")
-    parser.add_argument("--repeats", type=int, default=Settings.repeats)
-    parser.add_argument("--no-torch", action="store_true", help="skip torch.matmul")
-    parser.add_argument("--out", required=True, help="folder for corpus.json and corpus.csv")
-    args = parser.parse_args(argv)
-    dtypes = [d for d in args.dtypes.split(",") if d]
-    unknown = [d for d in dtypes if d not in records_.DTYPES]
-    if unknown:
-        parser.error(f"unknown dtype(s) {', '.join(unknown)}; choose from {', '.join(records_.DTYPES)}")
-    settings = Settings(repeats=args.repeats, torch=not args.no_torch)
-    variants = args.variants.split(",") if args.variants else None
-    command = " ".join([prog, *(sys.argv[1:] if argv is None else argv)])
-    meta, rows = run(corpus_shapes(args.shapes), dtypes, variants=variants, settings=settings,
-                     progress=lambda text: print(text, flush=True), command=command,
-                     checkpoint=lambda meta, rows: records_.write(args.out, meta, rows))
-    paths = records_.write(args.out, meta, rows)
-    for mode, stats in records_.summarise(rows).items():
-        parts = [f"{key} geomean {s['geomean']:.3f} min {s['min']:.3f} ({s['min_at']})"
-                 for key, s in stats.items() if key in records_.RATIOS and s["count"]]
-        print(f"{mode}: " + "; ".join(parts) + (f"; failed: {', '.join(stats['failed'])}" if stats["failed"] else ""))
-    print(f"wrote {paths['json']} and {paths['csv']}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

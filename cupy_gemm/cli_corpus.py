@@ -1,0 +1,40 @@
+"""`cupy-gemm bench --shapes llm|llm-small`: the default path against cupy.matmul and torch.matmul over the
+shape corpus (cupy_gemm.measure.corpus_bench), written as corpus.json/corpus.csv and markdown tables."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import devices
+from .measure import corpus, corpus_bench, corpus_records
+from .present import corpus_tables
+
+
+def is_corpus(shapes: str) -> bool:
+    return shapes in corpus.CORPORA
+
+
+def run(args, console) -> int:
+    """Called by cmd_bench when --shapes names a corpus. --dtype takes float16, bfloat16, float32, tf32;
+    --variant names explicit candidates to time per shape instead of the default (dispatch tables)."""
+    dtypes = args.dtype or list(corpus_records.DTYPES)
+    unknown = [d for d in dtypes if d not in corpus_records.DTYPES]
+    if unknown:
+        raise ValueError(f"--dtype {', '.join(unknown)}: a corpus run takes {', '.join(corpus_records.DTYPES)}")
+    devices.gpu_count()  # no GPU: a DeviceError now, not a CUDA error from deep inside
+    out = Path(args.out or ".")
+    settings = corpus_bench.Settings(repeats=args.repeats, check=not args.no_check, seed=args.seed,
+                                     torch=not args.no_torch)
+    command = " ".join(["cupy-gemm", *sys.argv[1:]])
+    meta, rows = corpus_bench.run(corpus.shapes(args.shapes), dtypes, variants=args.variant, settings=settings,
+                                  progress=console.print, command=command,
+                                  checkpoint=lambda meta, rows: corpus_records.write(out, meta, rows))
+    paths = corpus_records.write(out, meta, rows)
+    (out / "corpus.md").write_text(corpus_tables.markdown(meta, rows))
+    for mode, stats in corpus_records.summarise(rows).items():
+        parts = [f"{key} geomean {s['geomean']:.3f} min {s['min']:.3f} ({s['min_at']})"
+                 for key, s in stats.items() if key in corpus_records.RATIOS and s["count"]]
+        console.print(f"{mode}: " + "; ".join(parts) + (f"; failed: {', '.join(stats['failed'])}"
+                                                        if stats["failed"] else ""))
+    console.print(f"wrote {paths['json']}, {paths['csv']} and {out / 'corpus.md'}")
+    return 0
