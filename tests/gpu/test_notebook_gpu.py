@@ -18,7 +18,7 @@ def test_notebook_runs_on_the_gpu(tmp_path, monkeypatch):
     for name in ("tile_explorer.ipynb", "explorer_helpers.py"):
         shutil.copy(ROOT / "examples" / name, tmp_path / name)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # ipykernel's inline backend puts the figures in the notebook
     nb = nbformat.read(tmp_path / "tile_explorer.ipynb", as_version=4)
     nbclient.NotebookClient(nb, timeout=1800, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
