@@ -115,13 +115,49 @@ def workspace(device, nbytes: int):
     return buf
 
 
-def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta):
-    """Everything a launch needs, for operands already in the family's layout and alignment:
-    a callable that launches on CuPy's current stream."""
+POINTER_SLOTS = 3  # A, B and C lead a "pointers" ABI argument tuple; the rest depends on shapes only
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A kernel, its launch configuration and its argument tuple: calling it launches on the current stream."""
+    kernel: object
+    config: LaunchConfig
+    args: tuple
+    variant: Variant
+    geometry: tuple  # (m, n, k, lda, ldb, ldc, alpha, beta) the arguments were made for
+
+    def __call__(self):
+        self.kernel(self.config.grid, self.config.block, self.args, shared_mem=self.config.smem)
+
+    def rebind(self, A, B, C) -> tuple:
+        """The argument tuple for other operands with the same geometry (shapes, leading dimensions and
+        alignment): the pointer ABI swaps its first three slots, other ABIs make their arguments anew."""
+        make_args = self.variant.family.make_args
+        if make_args is None:
+            return (A, B, C) + self.args[POINTER_SLOTS:]
+        head = make_args(self.variant, A, B, C, *self.geometry)
+        return head + self.args[len(head):]  # the split-K tail (splits, workspace) stays
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def sm_count(device) -> int:
+    """The device's SM count, queried once (device.attributes reads every attribute: ~tens of µs)."""
+    if device.id not in _sm_counts:
+        _sm_counts[device.id] = device.attributes["MultiProcessorCount"]
+    return _sm_counts[device.id]
+
+
+def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> Launch:
+    """Everything a launch needs, for operands already in the family's layout and alignment: a Launch,
+    which launches on CuPy's current stream when called."""
     kernel, _ = load(variant, device)
-    cfg = launch_config(variant, m, n, k, device.attributes["MultiProcessorCount"])
+    cfg = launch_config(variant, m, n, k, sm_count(device))
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
     if variant.family.split_k:
         args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace))
-    return lambda: kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
+    return Launch(kernel, cfg, args, variant, (m, n, k, lda, ldb, ldc, alpha, beta))
+

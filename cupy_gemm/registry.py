@@ -50,6 +50,11 @@ class Variant:
     notes: str = ""
     source_file: str = ""
 
+    def runs_on(self, cc: int) -> bool:
+        """Whether a GPU of compute capability cc (e.g. 90) can run this variant."""
+        fam = self.family
+        return cc >= fam.min_cc(self.params, self.dtype, self.acc) and (not fam.needs_sm90a or cc == 90)
+
 
 @lru_cache(maxsize=None)
 def families() -> dict[str, Family]:

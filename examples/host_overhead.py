@@ -1,0 +1,71 @@
+"""Per-call wall time of cupy_gemm.matmul against cupy.matmul: a loop of calls, one synchronisation.
+
+    PYTHONPATH=. python examples/host_overhead.py [--calls 2000] [--shapes 64,256,1024] [--dtypes float16,float32]
+
+For each dtype and square size it prints the wall time per call of cupy.matmul, of cupy_gemm.matmul with
+the default (variant=None) and with that default named as a fixed variant, and their ratios to
+cupy.matmul (<= 1.00 is the target). `queued` is the time until the loop has queued every call, before
+the synchronisation: the host's own cost while the GPU keeps up. `miss` is one call whose prepared launch
+is not cached (the first call of a new shape; the compiled kernel is cached). Best of three loops.
+"""
+import argparse
+import time
+
+import cupy
+
+import cupy_gemm
+from cupy_gemm import dispatch, prepared, verify
+
+
+def per_call_us(fn, calls: int) -> tuple[float, float]:
+    """(wall µs per call including the final synchronisation, µs per call until the last was queued)."""
+    best_wall = best_queued = float("inf")
+    for _ in range(3):
+        cupy.cuda.Device().synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        queued = time.perf_counter()
+        cupy.cuda.Device().synchronize()
+        end = time.perf_counter()
+        best_wall = min(best_wall, (end - start) / calls * 1e6)
+        best_queued = min(best_queued, (queued - start) / calls * 1e6)
+    return best_wall, best_queued
+
+
+def miss_us(a, b, calls: int = 50) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        prepared.clear()
+        cupy_gemm.matmul(a, b)
+    cupy.cuda.Device().synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--shapes", default="64,256,1024", help="comma-separated square sizes")
+    parser.add_argument("--dtypes", default="float16,float32")
+    args = parser.parse_args()
+    device = cupy.cuda.Device()
+    gpu = dispatch.gpu_of(device.id)
+    print(f"{gpu.name} (sm_{gpu.cc}), CuPy {cupy.__version__}, {args.calls} calls per loop, best of 3; µs per call")
+    print(f"{'dtype':8s} {'size':>5s} {'cupy':>8s} {'default':>8s} {'ratio':>6s} {'queued':>7s} "
+          f"{'fixed':>8s} {'ratio':>6s} {'miss':>7s}  variant")
+    for dtype in args.dtypes.split(","):
+        for size in (int(s) for s in args.shapes.split(",")):
+            a, b = verify.random_operand((size, size), dtype, 1), verify.random_operand((size, size), dtype, 2)
+            name = dispatch.choose(gpu, dispatch.dtype_key(dtype), size, size, size).variant
+            for fn in (lambda: cupy.matmul(a, b), lambda: cupy_gemm.matmul(a, b),
+                       lambda: cupy_gemm.matmul(a, b, variant=name)):
+                fn()  # compile, load and fill the caches before timing
+            base, _ = per_call_us(lambda: cupy.matmul(a, b), args.calls)
+            default, queued = per_call_us(lambda: cupy_gemm.matmul(a, b), args.calls)
+            fixed, _ = per_call_us(lambda: cupy_gemm.matmul(a, b, variant=name), args.calls)
+            print(f"{dtype:8s} {size:5d} {base:8.1f} {default:8.1f} {default / base:6.2f} {queued:7.1f} "
+                  f"{fixed:8.1f} {fixed / base:6.2f} {miss_us(a, b):7.1f}  {name}")
+
+
+if __name__ == "__main__":
+    main()
