@@ -12,6 +12,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from . import api, compile as compile_mod, config, registry
+from . import cli_explain
 from .errors import CupyGemmError
 
 
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true")
     p.add_argument("--arch", help="comma-separated, e.g. sm_80,sm_90 (default: CUPY_GEMM_ARCH or sm_80,sm_90)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="compile in this many processes")
+    cli_explain.add_commands(sub)
     try:
         from . import cli_sweep
     except ImportError:
@@ -184,6 +186,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "show":
             args.m, args.n, args.k = (int(x) for x in args.shape.lower().split("x"))
+        if args.command == "explain":
+            return cli_explain.run(args)
         handler = {"list": cmd_list, "show": cmd_show, "compile": cmd_compile}.get(args.command)
         if handler is None:
             from . import cli_sweep

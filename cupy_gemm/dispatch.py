@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import config, registry, selection_tables
-from .errors import DTypeError
+from .errors import DeviceError, DTypeError
 from .launch import MIN_K_PER_SPLIT
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
@@ -78,8 +78,9 @@ def why_not(name: str, key: str, cc: int) -> str | None:
     v = registry.catalogue().get(name)
     if v is None:
         return "not in the catalogue"
-    dtype, exact = ("float32", False) if key == "tf32" else (key, True)
-    if v.dtype != dtype or (v.acc == "tf32") == exact or v.acc == "float16":
+    # tf32 may fall back to exact float32 (GPUs without TF32 do, as cupy.matmul), never the other way round
+    dtype = "float32" if key == "tf32" else key
+    if v.dtype != dtype or v.acc == "float16" or (v.acc == "tf32" and key != "tf32"):
         return f"computes {v.dtype}/{v.acc}, not {key} with float32 accumulation"
     if not v.runs_on(cc):
         return f"does not run on sm_{cc}"
@@ -199,7 +200,11 @@ def explain(dtype, m: int, n: int, k: int, device=None) -> str:
     if not isinstance(device, Gpu):
         if device is None:
             import cupy
-            device = cupy.cuda.Device()
+            try:
+                device = cupy.cuda.runtime.getDevice()
+            except Exception as e:  # no driver, no device: CuPy's own CUDA errors
+                raise DeviceError(f"no CUDA GPU to explain for ({e}); name one instead: device=(name, cc), "
+                                  f"or --gpu NAME --cc XY on the command line") from None
         device = gpu_of(device if isinstance(device, int) else device.id)
     key = dtype_key(dtype)
     decision = choose(device, key, m, n, k)

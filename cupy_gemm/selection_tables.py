@@ -54,10 +54,11 @@ def _same_gpu_name(name: str) -> str:
 def tables() -> tuple[dict, ...]:
     """Every shipped table, validated, entries with their log2 coordinates."""
     folder = registry.data_dir("selection") / "tables"
-    return tuple(_load(path.name, path.read_text()) for path in sorted(folder.glob("*.toml")))
+    return tuple(parse_table(path.read_text(), path.name) for path in sorted(folder.glob("*.toml")))
 
 
-def _load(file: str, text: str) -> dict:
+def parse_table(text: str, file: str = "<table>") -> dict:
+    """A table's TOML text, validated (CatalogueError names what is wrong), entries with log2 coordinates."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
