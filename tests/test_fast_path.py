@@ -160,3 +160,19 @@ def test_hit_cost_on_the_host(gpu, monkeypatch):
     per_call = (time.perf_counter() - start) / calls * 1e6
     print(f"\nhost cost of a cached matmul, launch stubbed: {per_call:.1f} µs")
     assert gpu.decisions == 1
+
+
+def test_auto_asks_the_tuning_database_on_every_call(gpu, monkeypatch):
+    """A tuning run between two calls must change what the next call launches."""
+    answers = [None, api.get(ROW_KERNEL).variant]
+    monkeypatch.setattr(api, "_tuned_variant", lambda problem: answers[0])
+    a, b = gpu.array((64, 32), "float32"), gpu.array((32, 48), "float32")
+    api.matmul(a, b, variant="auto")
+    default = dispatch.first_default("float32", 90)
+    assert set(gpu.kernels) == {default}
+    answers.pop(0)
+    api.matmul(a, b, variant="auto")
+    assert set(gpu.kernels) == {default, ROW_KERNEL}
+    launches = len(gpu.kernels[ROW_KERNEL].launches)
+    api.matmul(a, b, variant="auto")
+    assert len(gpu.kernels[ROW_KERNEL].launches) == launches + 1 and gpu.decisions == 2
