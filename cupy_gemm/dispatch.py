@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import config, registry, selection_tables
-from .errors import DeviceError, DTypeError
+from .errors import CatalogueError, DeviceError, DTypeError
 from .launch import MIN_K_PER_SPLIT
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
@@ -69,7 +69,7 @@ def candidates() -> dict[str, dict[str, tuple[str, ...]]]:
     data = tomllib.loads(path.read_text())
     unknown = set(data) - set(ROLES)
     if unknown:
-        raise ValueError(f"{path}: unknown roles {sorted(unknown)}; the heuristic knows {list(ROLES)}")
+        raise CatalogueError(f"{path}: unknown roles {sorted(unknown)}; the heuristic knows {list(ROLES)}")
     return {role: {key: tuple(data.get(role, {}).get(key, ())) for key in DTYPE_KEYS} for role in ROLES}
 
 
@@ -119,6 +119,8 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str]) -> 
     for role, names in candidates().items():
         for name in names[key]:
             reason = why_not(name, key, gpu.cc)
+            if reason is None and role == "split_k" and not registry.catalogue()[name].family.split_k:
+                reason = "its family does not split K"
             if reason is None:
                 usable[role].append(registry.catalogue()[name])
             elif role != "default":
@@ -143,9 +145,10 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str]) -> 
         if deep and usable["split_k"]:
             return Decision(usable["split_k"][0].name, f"heuristic: {idle} and K = {k} is deep (K >= "
                             f"{2 * MIN_K_PER_SPLIT} and K² >= M·N): split K", tuple(notes))
-        if usable["small_tile"]:
-            filling = [v for v in usable["small_tile"] if tiles_of(v, m, n) >= sm_count]
-            best = filling[0] if filling else max(usable["small_tile"], key=lambda v: tiles_of(v, m, n))
+        smaller = [v for v in usable["small_tile"] if tiles_of(v, m, n) > tiles]
+        if smaller:
+            filling = [v for v in smaller if tiles_of(v, m, n) >= sm_count]
+            best = filling[0] if filling else max(smaller, key=lambda v: tiles_of(v, m, n))
             return Decision(best.name, f"heuristic: {idle}: a smaller tile ({tiles_of(best, m, n)} tiles)",
                             tuple(notes))
         notes.append(f"{idle}, but no {'split-K or ' if deep else ''}smaller-tile entry runs here")

@@ -113,9 +113,10 @@ def test_bad_tables_are_refused():
 
 # ---- the heuristic -------------------------------------------------------------------------------------
 
-def _stand_in(name: str, new_name: str, **params):
+def _stand_in(name: str, new_name: str, family_changes=None, **params):
     base = registry.catalogue()[name]
-    return dataclasses.replace(base, name=new_name, params={**base.params, **params})
+    family = dataclasses.replace(base.family, **family_changes) if family_changes else base.family
+    return dataclasses.replace(base, name=new_name, family=family, params={**base.params, **params})
 
 
 @pytest.fixture
@@ -125,13 +126,14 @@ def roles(monkeypatch):
     cat = dict(registry.catalogue())
     for rows in (16, 1, 8):
         cat[f"skinny_r{rows}"] = _stand_in("sgemm_sliced_k_f32", f"skinny_r{rows}", ROWS=rows)
-    cat["split_k_stand_in"] = _stand_in("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "split_k_stand_in")
+    cat["split_k_stand_in"] = _stand_in("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "split_k_stand_in",
+                                        {"split_k": True})
     monkeypatch.setattr(registry, "catalogue", lambda: cat)
     monkeypatch.setattr(selection_tables, "tables", lambda: ())
     base = dispatch.candidates()
     lists = {role: dict(base[role]) for role in base}
     lists["skinny"]["float32"] = ("skinny_r16", "skinny_r1", "skinny_r8", "not_landed_yet")
-    lists["split_k"]["float32"] = ("not_landed_yet", "split_k_stand_in")
+    lists["split_k"]["float32"] = ("not_landed_yet", "sgemm_sliced_k_f32", "split_k_stand_in")
     lists["small_tile"]["float32"] = ("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf")
     lists["split_k"]["tf32"] = ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2",)  # Hopper only
     monkeypatch.setattr(dispatch, "candidates", lambda: lists)
@@ -149,13 +151,15 @@ def test_skinny_takes_the_fewest_rows_that_cover(roles, m, n, expected):
 def test_deep_k_on_an_idle_gpu_splits_k(roles):
     decision = dispatch.choose(H100, "float32", 128, 256, 8192)
     assert decision.variant == "split_k_stand_in" and "split K" in decision.reason
+    assert any("sgemm_sliced_k_f32 (split_k): its family does not split K" in note for note in decision.notes)
 
 
 def test_shallow_k_on_an_idle_gpu_takes_a_smaller_tile(roles):
     # 1024×1024 in 128×128 tiles is 64 blocks for 132 SMs; K = 256 is too shallow to split
     decision = dispatch.choose(H100, "float32", 1024, 1024, 256)
     assert decision.variant == "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf" and "smaller tile (256 tiles)" in decision.reason
-    # 512×256: no small tile fills 132 SMs; the one with the most tiles wins
+    # 256×256: no small tile fills 132 SMs; the one with the most tiles wins (the listed 128×128 tile
+    # is no smaller than the default's and is passed over)
     assert dispatch.choose(H100, "float32", 256, 256, 128).variant == "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf"
 
 
