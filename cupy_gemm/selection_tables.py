@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from functools import lru_cache
 
 from . import registry
@@ -101,7 +102,8 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
                        cupy_version: str | None = None, nvrtc_version: str | None = None) -> dict:
     """A table from measured results: per (dtype key, layout, shape) the catalogue variant with the smallest
     median. A record is a dict with dtype, m, n, k (or M, N, K), variant and median_ms (or time_ms), and
-    may have acc ("tf32" files it under the tf32 key), layout, status (only "ok" counts), device_name."""
+    may have acc ("tf32" files it under the tf32 key), layout, status (only "ok" counts), device_name and
+    arch (results.Record's fields, so `dataclasses.asdict` of sweep or bench records will do)."""
     best: dict[tuple, dict] = {}
     catalogue = registry.catalogue()
     for r in records:
@@ -115,8 +117,11 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
             best[slot] = {"dtype": key, "m": shape[0], "n": shape[1], "k": shape[2], "variant": r["variant"],
                           "median_ms": float(median), "layout": slot[1]}
         gpu_name = gpu_name or r.get("device_name") or None
+        arch = re.fullmatch(r"(?:sm|compute)_(\d+)a?", r.get("arch") or "")
+        cc = cc if cc is not None or arch is None else int(arch.group(1))
     if not gpu_name or cc is None:
-        raise ValueError("table_from_results needs the GPU's name (gpu_name, or device_name in the records) and cc")
+        raise ValueError("table_from_results needs the GPU's name (gpu_name, or device_name in the records) "
+                         "and its compute capability (cc, or arch such as sm_90a in the records)")
     if cupy_version is None or nvrtc_version is None:
         from . import toolkit
         import cupy

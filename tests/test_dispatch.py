@@ -225,6 +225,9 @@ def test_table_from_results_round_trips(monkeypatch):
     assert dispatch.choose(H100, "float16", 16, 4096, 4096).variant == WGMMA
     with pytest.raises(ValueError, match="GPU's name"):
         dispatch.table_from_results(records[:1])
+    from_records = dispatch.table_from_results([{**records[1], "device_name": "NVIDIA H200", "arch": "sm_90a"}],
+                                               cupy_version="14.2.0", nvrtc_version="13.0")
+    assert from_records["gpu"] == {"name": "NVIDIA H200", "cc": 90}
 
 
 def test_explain_names_the_choice_and_the_reason(table):
