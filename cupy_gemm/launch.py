@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -136,8 +137,31 @@ class Launch:
         make_args = self.variant.family.make_args
         if make_args is None:
             return (A, B, C) + self.args[POINTER_SLOTS:]
-        head = make_args(self.variant, A, B, C, *self.geometry)
+        head = launchable(make_args(self.variant, A, B, C, *self.geometry))
         return head + self.args[len(head):]  # the split-K tail (splits, workspace) stays
+
+
+def launchable(args: tuple) -> tuple:
+    """The arguments with NumPy scalars and by-value arrays (tensor maps) already in the form CuPy's
+    launcher turns them into: it converts every such argument of every launch (about a microsecond
+    apiece) and passes converted ones through, so a launch repeated with these arguments skips that.
+    Unchanged where this CuPy lacks the converters."""
+    converters = _converters()
+    if converters is None:
+        return args
+    scalar, by_value = converters
+    return tuple(scalar(x) if isinstance(x, np.generic) else by_value(x) if isinstance(x, np.ndarray) else x
+                 for x in args)
+
+
+@lru_cache(maxsize=1)
+def _converters():
+    try:
+        from cupy._core._scalar import CScalar
+        from cupy.cuda.function import CNumpyArray
+    except ImportError:
+        return None
+    return CScalar, CNumpyArray
 
 
 _sm_counts: dict[int, int] = {}
@@ -154,10 +178,11 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     """Everything a launch needs, for operands already in the family's layout and alignment: a Launch,
     which launches on CuPy's current stream when called."""
     kernel, _ = load(variant, device)
+    kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
     cfg = launch_config(variant, m, n, k, sm_count(device))
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
     if variant.family.split_k:
         args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace))
-    return Launch(kernel, cfg, args, variant, (m, n, k, lda, ldb, ldc, alpha, beta))
+    return Launch(kernel, cfg, launchable(args), variant, (m, n, k, lda, ldb, ldc, alpha, beta))
 

@@ -7,6 +7,8 @@ the default (variant=None) and with that default named as a fixed variant, and t
 cupy.matmul (<= 1.00 is the target). `queued` is the time until the loop has queued every call, before
 the synchronisation: the host's own cost while the GPU keeps up. `miss` is one call whose prepared launch
 is not cached (the first call of a new shape; the compiled kernel is cached). Best of three loops.
+--breakdown adds, per row, what a cached call is made of: the key, the output allocation, the launch
+alone with prepared arguments, and the kernel's GPU time (CUDA events around the loop of launches).
 """
 import argparse
 import time
@@ -33,6 +35,29 @@ def per_call_us(fn, calls: int) -> tuple[float, float]:
     return best_wall, best_queued
 
 
+def breakdown(a, b, calls: int) -> str:
+    """µs per call of the parts of a cached default call, and the GPU time per launch."""
+    cupy_gemm.matmul(a, b)
+    key = prepared._key(a, b, None, None, 1.0, 0.0, None)
+    entry = prepared._entries[key]
+    known, swapped = entry.direct
+    out = cupy_gemm.matmul(a, b)
+    args = known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out)))
+    grid, block, smem = known.config.grid, known.config.block, known.config.smem
+    launch_only = lambda: known.kernel(grid, block, args, shared_mem=smem)  # noqa: E731
+    parts = {"key": per_call_us(lambda: prepared._key(a, b, None, None, 1.0, 0.0, None), calls)[1],
+             "alloc": per_call_us(lambda: prepared.allocate(out.shape, out.dtype), calls)[1],
+             "launch": per_call_us(launch_only, calls)[1]}
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(calls):
+        launch_only()
+    end.record()
+    end.synchronize()
+    parts["gpu"] = cupy.cuda.get_elapsed_time(start, end) * 1e3 / calls
+    return "  " + " ".join(f"{name} {us:.1f}" for name, us in parts.items())
+
+
 def miss_us(a, b, calls: int = 50) -> float:
     start = time.perf_counter()
     for _ in range(calls):
@@ -47,6 +72,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--shapes", default="64,256,1024", help="comma-separated square sizes")
     parser.add_argument("--dtypes", default="float16,float32")
+    parser.add_argument("--breakdown", action="store_true", help="time the parts of a cached call too")
     args = parser.parse_args()
     device = cupy.cuda.Device()
     gpu = dispatch.gpu_of(device.id)
@@ -64,7 +90,8 @@ def main() -> None:
             default, queued = per_call_us(lambda: cupy_gemm.matmul(a, b), args.calls)
             fixed, _ = per_call_us(lambda: cupy_gemm.matmul(a, b, variant=name), args.calls)
             print(f"{dtype:8s} {size:5d} {base:8.1f} {default:8.1f} {default / base:6.2f} {queued:7.1f} "
-                  f"{fixed:8.1f} {fixed / base:6.2f} {miss_us(a, b):7.1f}  {name}")
+                  f"{fixed:8.1f} {fixed / base:6.2f} {miss_us(a, b):7.1f}  {name}"
+                  + (breakdown(a, b, args.calls) if args.breakdown else ""))
 
 
 if __name__ == "__main__":

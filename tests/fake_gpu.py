@@ -43,6 +43,7 @@ class FakeGpu:
         self.info = dispatch.Gpu("Fake GPU", 90, 132)  # what dispatch sees; a test may name a real GPU
         monkeypatch.setattr(dispatch, "gpu_of", lambda device_id: self.info)
         monkeypatch.setattr(tma, "tensor_map_2d", self._tensor_map)
+        monkeypatch.setattr(launch, "launchable", lambda args: args)  # keep arguments readable
         real_resolve, real_decide = operands.resolve, api._resolve_variant
 
         def resolve(*args, **kw):

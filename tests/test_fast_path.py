@@ -176,3 +176,11 @@ def test_auto_asks_the_tuning_database_on_every_call(gpu, monkeypatch):
     launches = len(gpu.kernels[ROW_KERNEL].launches)
     api.matmul(a, b, variant="auto")
     assert len(gpu.kernels[ROW_KERNEL].launches) == launches + 1 and gpu.decisions == 2
+
+
+def test_launch_arguments_are_converted_once():
+    """NumPy scalars and by-value arrays reach the launcher already in CuPy's argument form."""
+    from cupy_gemm import launch, tma
+    function = pytest.importorskip("cupy.cuda.function")
+    args = launch.launchable((np.int32(3), np.float32(1.5), tma._empty_map(), "untouched"))
+    assert all(isinstance(x, function.CPointer) for x in args[:3]) and args[3] == "untouched"
