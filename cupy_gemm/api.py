@@ -110,7 +110,7 @@ def _tuned_variant(problem: operands.Problem) -> Variant | None:
 def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
     if isinstance(variant, Kernel):
         variant = variant.variant
-    if variant == AUTO:
+    if isinstance(variant, str) and variant == AUTO:
         variant = _tuned_variant(problem)
     if variant is None:
         gpu = dispatch.gpu_of(problem.device_id)
