@@ -108,13 +108,14 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
     catalogue = registry.catalogue()
     for r in records:
         median = r.get("median_ms", r.get("time_ms"))
-        if r.get("status", "ok") != "ok" or median is None or r["variant"] not in catalogue:
+        name = r["variant"] if r["variant"] in catalogue else r.get("catalogue")  # a swept point may equal one
+        if r.get("status", "ok") != "ok" or median is None or name not in catalogue:
             continue  # baselines (cublas), swept points outside the catalogue and failures cannot be dispatched
         key = "tf32" if r.get("acc") == "tf32" else r["dtype"]
         shape = tuple(int(r[d] if d in r else r[d.upper()]) for d in "mnk")
         slot = (key, r.get("layout", "row"), shape)
         if slot not in best or median < best[slot]["median_ms"]:
-            best[slot] = {"dtype": key, "m": shape[0], "n": shape[1], "k": shape[2], "variant": r["variant"],
+            best[slot] = {"dtype": key, "m": shape[0], "n": shape[1], "k": shape[2], "variant": name,
                           "median_ms": float(median), "layout": slot[1]}
         gpu_name = gpu_name or r.get("device_name") or None
         arch = re.fullmatch(r"(?:sm|compute)_(\d+)a?", r.get("arch") or "")

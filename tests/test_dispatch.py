@@ -207,7 +207,9 @@ def test_tf32_switch(monkeypatch):
 
 def test_table_from_results_round_trips(monkeypatch):
     records = [{"dtype": "float16", "m": 16, "n": 4096, "k": 4096, "variant": MMA, "median_ms": 0.05},
-               {"dtype": "float16", "M": 16, "N": 4096, "K": 4096, "variant": WGMMA, "time_ms": 0.04},
+               {"dtype": "float16", "M": 16, "N": 4096, "K": 4096, "variant": "wgmma_swept_point",
+                "catalogue": WGMMA, "time_ms": 0.04},
+               {"dtype": "float16", "M": 16, "N": 4096, "K": 4096, "variant": "other_swept_point", "time_ms": 0.03},
                {"dtype": "float16", "m": 16, "n": 4096, "k": 4096, "variant": "cublas", "median_ms": 0.01},
                {"dtype": "float16", "m": 16, "n": 4096, "k": 4096, "variant": MMA, "median_ms": 0.001,
                 "status": "incorrect"},
