@@ -142,26 +142,30 @@ class Launch:
 
 
 def launchable(args: tuple) -> tuple:
-    """The arguments with NumPy scalars and by-value arrays (tensor maps) already in the form CuPy's
-    launcher turns them into: it converts every such argument of every launch (about a microsecond
-    apiece) and passes converted ones through, so a launch repeated with these arguments skips that.
-    Unchanged where this CuPy lacks the converters."""
+    """The arguments in the form CuPy's launcher turns them into, so that a prepared launch kept for later
+    calls holds no arrays and costs no conversions:
+    - a CuPy array becomes its address: a kept argument tuple must not keep the caller's arrays (and so
+      their memory) alive, and calls that reuse it pass arrays at the same addresses;
+    - NumPy scalars and by-value arrays (tensor maps) become CuPy's converted forms, which its launcher
+      passes through instead of converting every launch (about a microsecond apiece).
+    Where this CuPy lacks those forms, addresses become NumPy integers and the rest stays as it is."""
+    import cupy
     converters = _converters()
     if converters is None:
-        return args
-    scalar, by_value = converters
-    return tuple(scalar(x) if isinstance(x, np.generic) else by_value(x) if isinstance(x, np.ndarray) else x
-                 for x in args)
+        return tuple(np.uintp(x.data.ptr) if isinstance(x, cupy.ndarray) else x for x in args)
+    scalar, by_value, address = converters
+    return tuple(address(x.data.ptr) if isinstance(x, cupy.ndarray) else scalar(x) if isinstance(x, np.generic)
+                 else by_value(x) if isinstance(x, np.ndarray) else x for x in args)
 
 
 @lru_cache(maxsize=1)
 def _converters():
     try:
         from cupy._core._scalar import CScalar
-        from cupy.cuda.function import CNumpyArray
+        from cupy.cuda.function import CIntptr, CNumpyArray
     except ImportError:
         return None
-    return CScalar, CNumpyArray
+    return CScalar, CNumpyArray, CIntptr
 
 
 _sm_counts: dict[int, int] = {}
@@ -181,8 +185,8 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
     cfg = launch_config(variant, m, n, k, sm_count(device))
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
-    args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
-    if variant.family.split_k:
-        args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace))
-    return Launch(kernel, cfg, launchable(args), variant, (m, n, k, lda, ldb, ldc, alpha, beta))
+    args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta))
+    if variant.family.split_k:  # the workspace stays an array: the launch keeps it alive
+        args = (*args, *launchable((np.int32(cfg.splits),)), workspace(device, cfg.workspace))
+    return Launch(kernel, cfg, args, variant, (m, n, k, lda, ldb, ldc, alpha, beta))
 

@@ -14,7 +14,10 @@ cupy = pytest.importorskip("cupy")
 
 from cupy_gemm import api, dispatch, prepared  # noqa: E402
 from cupy_gemm.errors import DTypeError, InputError  # noqa: E402
+from cupy_gemm import launch  # noqa: E402
 from fake_gpu import gpu  # noqa: E402,F401  (the fixture)
+
+LAUNCHABLE = launch.launchable  # the fake GPU replaces it to keep arguments readable
 
 ROW_KERNEL = "sgemm_sliced_k_f32"  # row-major pointer ABI, align 1
 TMA_KERNEL = "hgemm_wgmma_m64n256k16_stages3_ws2"  # tensor maps: arguments embed addresses
@@ -178,9 +181,22 @@ def test_auto_asks_the_tuning_database_on_every_call(gpu, monkeypatch):
     assert len(gpu.kernels[ROW_KERNEL].launches) == launches + 1 and gpu.decisions == 2
 
 
-def test_launch_arguments_are_converted_once():
-    """NumPy scalars and by-value arrays reach the launcher already in CuPy's argument form."""
-    from cupy_gemm import launch, tma
+def test_launch_arguments_are_converted_once(gpu):
+    """NumPy scalars, by-value arrays and CuPy arrays reach the launcher already in CuPy's argument form."""
+    from cupy_gemm import tma
     function = pytest.importorskip("cupy.cuda.function")
-    args = launch.launchable((np.int32(3), np.float32(1.5), tma._empty_map(), "untouched"))
-    assert all(isinstance(x, function.CPointer) for x in args[:3]) and args[3] == "untouched"
+    args = LAUNCHABLE((np.int32(3), np.float32(1.5), tma._empty_map(), gpu.array((2, 2), "float32"), "untouched"))
+    assert all(isinstance(x, function.CPointer) for x in args[:4]) and args[4] == "untouched"
+
+
+@pytest.mark.parametrize("variant", [ROW_KERNEL, TMA_KERNEL])
+def test_kept_launches_hold_no_arrays(gpu, monkeypatch, variant):
+    """A prepared launch outlives its call: holding the call's arrays would keep their memory (and, with
+    a pool that then hands out new addresses, defeat the cache of tensor-map arguments)."""
+    monkeypatch.setattr(launch, "launchable", LAUNCHABLE)
+    dtype = "float32" if variant == ROW_KERNEL else "float16"
+    for _ in range(2):
+        api.matmul(gpu.array((128, 64), dtype), gpu.array((64, 256), dtype), variant=variant)
+    (entry,) = prepared._entries.values()
+    kept = [entry.direct[0].args, *entry.addresses.values()]
+    assert not [x for args in kept for x in args if isinstance(x, cupy.ndarray)]
