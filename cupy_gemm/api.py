@@ -4,28 +4,19 @@ from __future__ import annotations
 import numpy as np
 
 from . import compile as _compile
-from . import config, devices, launch, operands, registry, tuning
+from . import devices, dispatch, launch, operands, prepared, registry, tuning
 from .errors import DeviceError, DTypeError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
 
-CUBLAS = "cublas"
+CUBLAS = prepared.CUBLAS
 AUTO = "auto"
 
-# Preference order per dtype: the first entry in the catalogue that runs on the current GPU is the
-# default. float32 stays exact (CUDA cores) unless CUPY_TF32=1, as with cupy.matmul; float16 and
-# bfloat16 accumulate in float32.
-DEFAULTS = {
-    "float32": ("sgemm_t_16x8_sliced_k8_f32x4_bcf_dbuf_offset_swizzle", "sgemm_t_8x16_sliced_k8_f32x4_bcf_dbuf_swizzle",
-                "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "sgemm_sliced_k_f32"),
-    "tf32": ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2", "sgemm_mma_m16n8k8_tf32_mma2x4_warp4x4x4_stages3_swizzle",
-             "sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages3_dsmem", "sgemm_sliced_k_f32"),
-    "float16": ("hgemm_wgmma_m64n256k16_stages3_ws2", "hgemm_wgmma_m64n256k16_stages4_ws2",
-                "hgemm_mma_m16n8k16_mma2x4_warp4x8x4_stages3_swizzle_acc32",
-                "hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages3_dsmem_acc32", "hgemm_sliced_k_f16_acc32"),
-    "bfloat16": ("bgemm_wgmma_m64n256k16_stages4_ws2", "bgemm_mma_m16n8k16_mma2x4_warp4x8x4_stages3_swizzle_acc32",
-                 "bgemm_sliced_k_bf16"),
-}
+# The big-tile preference order per dtype key (float32, tf32 under CUPY_TF32=1, float16, bfloat16), from
+# kernels/dispatch/candidates.toml: the first entry that runs on the GPU serves every shape that neither a
+# dispatch table nor another heuristic rule claims (cupy_gemm/dispatch.py). float32 stays exact (CUDA
+# cores) unless CUPY_TF32=1, as with cupy.matmul; float16 and bfloat16 accumulate in float32.
+DEFAULTS = dispatch.candidates()["default"]
 
 
 class Kernel:
@@ -97,19 +88,12 @@ def render(name_or_family: str, dtype: str | None = None, acc: str | None = None
 
 
 def default_variant(dtype, cc: int | None = None) -> str:
-    """The dtype's default variant for a GPU of compute capability cc (the current GPU when None)."""
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
-    key = "tf32" if name == "float32" and config.allow_tf32() else name
-    if key not in DEFAULTS:
-        raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
+    """The dtype's big-tile default on a GPU of compute capability cc (the current GPU when None), whatever
+    the shape; `matmul(variant=None)` refines it per shape (dispatch.explain says how)."""
+    key = dispatch.dtype_key(dtype if isinstance(dtype, str) else np.dtype(dtype).name)
     if cc is None:
         cc = _current_cc("pass cc= (e.g. 90 for an H100) to choose without one")
-    cat = registry.catalogue()
-    for candidate in DEFAULTS[key]:
-        v = cat.get(candidate)
-        if v is not None and v.runs_on(cc):
-            return candidate
-    raise DTypeError(f"no variant in the catalogue serves {name} on compute capability {cc}")
+    return dispatch.first_default(key, cc)
 
 
 def _current_cc(way_out: str) -> int:
@@ -121,17 +105,21 @@ def _current_cc(way_out: str) -> int:
         raise DeviceError(f"no CUDA GPU found ({devices.cuda_reason(e)}); {way_out}") from None
 
 
-def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
+def _tuned_variant(problem: operands.Problem) -> Variant | None:
+    """The user's tuning database's answer for this problem (variant="auto"), or None."""
     import cupy
+    return tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
+                                 problem.m, problem.n, problem.k)
+
+
+def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
     if isinstance(variant, Kernel):
         variant = variant.variant
-    if variant is None or variant == AUTO:
-        cc = launch.compute_capability(cupy.cuda.Device(problem.device_id))
-        name = None
-        if variant == AUTO:
-            name = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
-                                         problem.m, problem.n, problem.k)
-        variant = name or default_variant(problem.dtype, cc)
+    if isinstance(variant, str) and variant == AUTO:
+        variant = _tuned_variant(problem)
+    if variant is None:
+        gpu = dispatch.gpu_of(problem.device_id)
+        variant = dispatch.choose(gpu, dispatch.dtype_key(problem.dtype.name), problem.m, problem.n, problem.k).variant
     if isinstance(variant, str):
         if variant == CUBLAS:
             return CUBLAS
@@ -151,76 +139,50 @@ class Plan:
     Timing a plan measures the kernel plus only the copies that call really needs."""
 
     def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
-        import cupy
         self.problem = operands.check(a, b, c, out, beta)
         self.variant = _resolve_variant(variant, self.problem)
-        self.device = cupy.cuda.Device(self.problem.device_id)
-        m, n = self.problem.m, self.problem.n
+        self.device = prepared.device_of(self.problem.device_id)
         if out is None:
             with self.device:
-                out = cupy.empty((m, n), dtype=self.problem.dtype)
+                out = prepared.allocate((self.problem.m, self.problem.n), self.problem.dtype)
         self.a, self.b, self.c, self.out = a, b, c, out
         self.alpha, self.beta = float(alpha), float(beta)
-        self._fixed_launch = None  # when no operand needs copying, the prepared launch is reused
+        self._prepared = prepared.Prepared(self.variant, self.problem, self.device, self.alpha, self.beta,
+                                           c is not None)
         if self.variant != CUBLAS:
             with self.device:  # compile and load now: errors surface here, not in the first timed call
                 launch.load(self.variant, self.device)
 
     def __call__(self):
-        a, b, c, out, alpha, beta = self.a, self.b, self.c, self.out, self.alpha, self.beta
         with self.device:
-            if beta != 0 and c is not None and c is not out and not operands.same_view(c, out):
-                out[...] = c
-            elif beta != 0 and c is None:
-                beta = 0.0  # BLAS: no C given means C = 0
-            if self.problem.k == 0 or self.problem.m == 0 or self.problem.n == 0:
-                if beta == 0:
-                    out.fill(0)
-                else:
-                    out *= out.dtype.type(beta)
-                return out
-            if self.variant == CUBLAS:
-                return _cublas(a, b, out, alpha, beta)
-            if self._fixed_launch is not None and self._fixed_launch[0] == beta:
-                self._fixed_launch[1]()
-                return out
-            fam = self.variant.family
-            ops = operands.resolve(a, b, out, fam.layout, fam.align(self.variant.params, self.variant.dtype),
-                                   fam.b_layout)
-            run = launch.prepare(self.variant, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k,
-                                 ops.lda, ops.ldb, ops.ldc, alpha, beta)
-            run()
-            if ops.copy_back is not None:
-                dest, src = ops.copy_back
-                dest[...] = src
-            if ops.zero_copy:
-                self._fixed_launch = (beta, run)
-        return out
-
-
-def _cublas(a, b, out, alpha, beta):
-    import cupy
-    if alpha == 1 and beta == 0:
-        return cupy.matmul(a, b, out=out)
-    prod = cupy.matmul(a, b)
-    if beta == 0:
-        cupy.multiply(prod, out.dtype.type(alpha), out=out)
-    else:
-        out[...] = (prod.astype(np.float32) * alpha + out.astype(np.float32) * beta).astype(out.dtype)
-    return out
+            return self._prepared.run(self.a, self.b, self.c, self.out)
 
 
 def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None) -> Plan:
     return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out)
 
 
+def _given(variant, a, b, c, out, beta):
+    """A variant argument as the cache of prepared launches takes it: None, a name or a Variant."""
+    if isinstance(variant, Kernel):
+        return variant.variant
+    if isinstance(variant, str) and variant == AUTO:
+        # the tuning database may change between calls: ask it every time (it memoises), cache the rest
+        return _tuned_variant(operands.check(a, b, c, out, beta))
+    return variant
+
+
 def matmul(a, b, *, variant=None, out=None):
     """a @ b for 2-D CuPy arrays, like cupy.matmul. variant: a catalogue name, "cublas", "auto", a
-    Kernel, or None for the dtype's default."""
-    return Plan(a, b, variant=variant, out=out)()
+    Kernel, or None for the default chosen per GPU and shape (cupy_gemm.dispatch)."""
+    if variant is not None:
+        variant = _given(variant, a, b, None, out, 0.0)
+    return prepared.call(a, b, None, out, 1.0, 0.0, variant, _resolve_variant)
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
     """BLAS semantics: alpha·a·b + beta·c. The result goes to `out` (c itself for an in-place update,
     out=c), or to a new array; c is read only when beta != 0."""
-    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out)()
+    if variant is not None:
+        variant = _given(variant, a, b, c, out, beta)
+    return prepared.call(a, b, c, out, alpha, beta, variant, _resolve_variant)

@@ -20,7 +20,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from . import api, cli_cache, compile as compile_mod, config, registry, toolkit
+from . import api, cli_cache, cli_explain, compile as compile_mod, config, registry, toolkit
 from .cli_output import fail
 from .errors import CompileError, CompilerNotFoundError, CupyGemmError, UsageError
 from .measure.shapes import parse_shape
@@ -288,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated, e.g. sm_80,sm_90 (default: CUPY_GEMM_ARCH or sm_80,sm_90)")
     p.add_argument("--jobs", "-j", type=int, default=1, help="compile in this many processes")
     cli_cache.add_commands(sub)
+    cli_explain.add_commands(sub)
     try:
         from . import cli_sweep
     except ImportError:
@@ -303,6 +304,8 @@ def main(argv=None) -> int:
         return cli_cache.run(args)
     console = Console()
     try:
+        if args.command == "explain":
+            return cli_explain.run(args)
         handler = {"list": cmd_list, "show": cmd_show, "compile": cmd_compile}.get(args.command)
         if handler is None:
             from . import cli_sweep

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -148,13 +149,77 @@ def workspace(device, nbytes: int):
     return buf
 
 
-def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta):
-    """Everything a launch needs, for operands already in the family's layout and alignment:
-    a callable that launches on CuPy's current stream."""
+POINTER_SLOTS = 3  # A, B and C lead a "pointers" ABI argument tuple; the rest depends on shapes only
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A kernel, its launch configuration and its argument tuple: calling it launches on the current stream."""
+    kernel: object
+    config: LaunchConfig
+    args: tuple
+    variant: Variant
+    geometry: tuple  # (m, n, k, lda, ldb, ldc, alpha, beta) the arguments were made for
+
+    def __call__(self):
+        self.kernel(self.config.grid, self.config.block, self.args, shared_mem=self.config.smem)
+
+    def rebind(self, A, B, C) -> tuple:
+        """The argument tuple for other operands with the same geometry (shapes, leading dimensions and
+        alignment): the pointer ABI swaps its first three slots, other ABIs make their arguments anew."""
+        make_args = self.variant.family.make_args
+        if make_args is None:
+            return (A, B, C) + self.args[POINTER_SLOTS:]
+        head = launchable(make_args(self.variant, A, B, C, *self.geometry))
+        return head + self.args[len(head):]  # the split-K tail (splits, workspace) stays
+
+
+def launchable(args: tuple) -> tuple:
+    """The arguments in the form CuPy's launcher turns them into, so that a prepared launch kept for later
+    calls holds no arrays and costs no conversions:
+    - a CuPy array becomes its address: a kept argument tuple must not keep the caller's arrays (and so
+      their memory) alive, and calls that reuse it pass arrays at the same addresses;
+    - NumPy scalars and by-value arrays (tensor maps) become CuPy's converted forms, which its launcher
+      passes through instead of converting every launch (about a microsecond apiece).
+    Where this CuPy lacks those forms, addresses become NumPy integers and the rest stays as it is."""
+    import cupy
+    converters = _converters()
+    if converters is None:
+        return tuple(np.uintp(x.data.ptr) if isinstance(x, cupy.ndarray) else x for x in args)
+    scalar, by_value, address = converters
+    return tuple(address(x.data.ptr) if isinstance(x, cupy.ndarray) else scalar(x) if isinstance(x, np.generic)
+                 else by_value(x) if isinstance(x, np.ndarray) else x for x in args)
+
+
+@lru_cache(maxsize=1)
+def _converters():
+    try:
+        from cupy._core._scalar import CScalar
+        from cupy.cuda.function import CIntptr, CNumpyArray
+    except ImportError:
+        return None
+    return CScalar, CNumpyArray, CIntptr
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def sm_count(device) -> int:
+    """The device's SM count, queried once (device.attributes reads every attribute: ~tens of µs)."""
+    if device.id not in _sm_counts:
+        _sm_counts[device.id] = device.attributes["MultiProcessorCount"]
+    return _sm_counts[device.id]
+
+
+def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> Launch:
+    """Everything a launch needs, for operands already in the family's layout and alignment: a Launch,
+    which launches on CuPy's current stream when called."""
     kernel, _ = load(variant, device)
-    cfg = launch_config(variant, m, n, k, device.attributes["MultiProcessorCount"])
+    kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
+    cfg = launch_config(variant, m, n, k, sm_count(device))
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
-    args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
-    if variant.family.split_k:
-        args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace))
-    return lambda: kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
+    args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta))
+    if variant.family.split_k:  # the workspace stays an array: the launch keeps it alive
+        args = (*args, *launchable((np.int32(cfg.splits),)), workspace(device, cfg.workspace))
+    return Launch(kernel, cfg, args, variant, (m, n, k, lda, ldb, ldc, alpha, beta))
+

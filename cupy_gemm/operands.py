@@ -100,6 +100,13 @@ def check(a, b, c, out, beta: float) -> Problem:
             raise DTypeError(f"{name} must have dtype {a.dtype} like a and b; got {x.dtype}")
         if x.device.id != a.device.id:
             raise DeviceError(f"{name} is on GPU {x.device.id} but a and b are on GPU {a.device.id}")
+    check_addresses(a, b, c, out, beta)
+    return Problem(m, n, k, a.dtype, a.device.id)
+
+
+def check_addresses(a, b, c, out, beta: float) -> None:
+    """The checks that look at where the arrays lie, not only at their shapes: a repeated call with new
+    arrays must run them again."""
     if out is not None:
         for name, x in (("a", a), ("b", b)):
             if overlaps(out, x):
@@ -107,7 +114,6 @@ def check(a, b, c, out, beta: float) -> Problem:
                                  f"pass a separate output array")
         if c is not None and beta != 0 and overlaps(out, c) and not same_view(out, c):
             raise InputError("out partially overlaps c; pass out=c to update c in place, or separate arrays")
-    return Problem(m, n, k, a.dtype, a.device.id)
 
 
 def same_view(x, y) -> bool:

@@ -1,0 +1,34 @@
+"""`cupy-gemm explain MxNxK`: which variant matmul(variant=None) runs for a shape, and why.
+
+Works without a GPU when --gpu and --cc name one. Plain text; errors go to stderr as `error: ...`, exit 2.
+"""
+from __future__ import annotations
+
+import sys
+
+from . import dispatch
+from .errors import CupyGemmError
+from .measure.shapes import parse_shape
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser("explain", help="which variant the default picks for a shape, and why")
+    p.add_argument("shape", help="MxNxK (or one size for a cube)")
+    p.add_argument("--dtype", default="float32",
+                   help="float32, float16, bfloat16, or tf32 (float32 under CUPY_TF32=1); default float32")
+    p.add_argument("--gpu", help='the GPU\'s name as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3" (with --cc: '
+                                 'no GPU needed); default: the current GPU')
+    p.add_argument("--cc", type=int, help="its compute capability, e.g. 90 (with --gpu)")
+
+
+def run(args) -> int:
+    try:
+        m, n, k = parse_shape(args.shape)
+        if (args.gpu is None) != (args.cc is None):
+            raise ValueError("--gpu and --cc go together (both name a GPU that need not be present)")
+        device = (args.gpu, args.cc) if args.gpu is not None else None
+        print(dispatch.explain(args.dtype, m, n, k, device), end="")
+        return 0
+    except (CupyGemmError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,225 @@
+"""Which variant `matmul(variant=None)` runs: a measured table per GPU, else a heuristic on family properties.
+
+The decision takes the GPU (name, compute capability, SM count), the dtype key (float32, tf32 when
+CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
+
+1. to the GPU's dispatch table (kernels/dispatch/table-*.toml, cupy_gemm/selection_tables.py): the nearest
+   measured shape in log space, if it lies within TABLE_REACH of the problem in every dimension;
+2. else to the heuristic, whose candidates per rule are data (kernels/dispatch/candidates.toml):
+   - min(M, N) <= SKINNY_MAX: the product is memory-bound; the `skinny` entry with the fewest rows that
+     still covers the small dimension;
+   - the `default` entry's tiles leave SMs idle: a `split_k` entry when K is deep, else a `small_tile`
+     entry that puts the most blocks on the GPU;
+   - otherwise the first `default` entry (big tiles).
+A named variant the catalogue lacks, that does not run on the GPU, or that does not compute in the
+dtype key's precision is skipped at every step, so tables and candidate lists may name kernels that a
+given installation or GPU does not have. This runs once per call geometry (the fast path caches it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import config, registry, selection_tables
+from .errors import CatalogueError, DeviceError, DTypeError
+from .launch import MIN_K_PER_SPLIT
+from .registry import Variant
+from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+SKINNY_MAX = 16  # M or N at most this: too few rows to reuse B from shared memory, so B's bytes bound it
+TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
+ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
+DTYPE_KEYS = ("float32", "tf32", "float16", "bfloat16")
+ROLES = ("default", "skinny", "split_k", "small_tile")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What the decision needs to know of a GPU; sm_count None means unknown (ASSUMED_SM_COUNT is used)."""
+    name: str
+    cc: int
+    sm_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    variant: str
+    reason: str  # one line: the table point, or the heuristic rule, that chose it
+    notes: tuple[str, ...] = ()  # what was passed over on the way, and why
+
+
+def dtype_key(dtype) -> str:
+    """float32 becomes tf32 under CUPY_TF32=1, as cupy.matmul's own switch does."""
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
+    key = "tf32" if name == "float32" and config.allow_tf32() else name
+    if key not in DTYPE_KEYS:
+        raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
+    return key
+
+
+@lru_cache(maxsize=None)
+def candidates() -> dict[str, dict[str, tuple[str, ...]]]:
+    """kernels/dispatch/candidates.toml: {role: {dtype key: names in preference order}}."""
+    path = registry.data_dir("kernels") / "dispatch" / "candidates.toml"
+    data = tomllib.loads(path.read_text())
+    unknown = set(data) - set(ROLES)
+    if unknown:
+        raise CatalogueError(f"{path}: unknown roles {sorted(unknown)}; the heuristic knows {list(ROLES)}")
+    return {role: {key: tuple(data.get(role, {}).get(key, ())) for key in DTYPE_KEYS} for role in ROLES}
+
+
+def why_not(name: str, key: str, cc: int) -> str | None:
+    """None if `name` can serve dtype key `key` on compute capability cc, else the reason it cannot."""
+    v = registry.catalogue().get(name)
+    if v is None:
+        return "not in the catalogue"
+    # tf32 may fall back to exact float32 (GPUs without TF32 do, as cupy.matmul), never the other way round
+    dtype = "float32" if key == "tf32" else key
+    if v.dtype != dtype or v.acc == "float16" or (v.acc == "tf32" and key != "tf32"):
+        return f"computes {v.dtype}/{v.acc}, not {key} with float32 accumulation"
+    if not v.runs_on(cc):
+        return f"does not run on sm_{cc}"
+    return None
+
+
+def first_default(key: str, cc: int) -> str:
+    """The dtype key's big-tile default on compute capability cc, whatever the shape."""
+    for name in candidates()["default"][key]:
+        if why_not(name, key, cc) is None:
+            return name
+    raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {cc}")
+
+
+def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row") -> Decision:
+    notes: list[str] = []
+    table = selection_tables.table_for(gpu.name, gpu.cc)
+    if table is not None:
+        for entry, distance in selection_tables.nearest(table, key, layout, m, n, k):
+            if distance > TABLE_REACH:
+                break
+            reason = why_not(entry["variant"], key, gpu.cc)
+            if reason is None:
+                return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
+                                f"{_shape(entry)} (log2 distance {distance:.2f})", tuple(notes))
+            notes.append(f"{entry['variant']} (table, {_shape(entry)}): {reason}")
+        notes.append(f"dispatch table {table['file']}: no usable {key} shape within a factor "
+                     f"{2 ** TABLE_REACH:g} of {m}×{n}×{k} in every dimension")
+    else:
+        notes.append(f"no dispatch table for {gpu.name} (sm_{gpu.cc})")
+    return _heuristic(gpu, key, m, n, k, notes)
+
+
+def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str]) -> Decision:
+    usable = {role: [] for role in ROLES}
+    for role, names in candidates().items():
+        for name in names[key]:
+            reason = why_not(name, key, gpu.cc)
+            if reason is None and role == "split_k" and not registry.catalogue()[name].family.split_k:
+                reason = "its family does not split K"
+            if reason is None:
+                usable[role].append(registry.catalogue()[name])
+            elif role != "default":
+                notes.append(f"{name} ({role}): {reason}")
+    if not usable["default"]:
+        raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {gpu.cc}")
+    default = usable["default"][0]
+    small = min(m, n)
+    if small <= SKINNY_MAX:
+        covering = [v for v in usable["skinny"] if rows_of(v) >= small]
+        if covering:
+            best = min(covering, key=rows_of)  # min keeps list order among equal row counts
+            return Decision(best.name, f"heuristic: min(M, N) = {small} <= {SKINNY_MAX} is memory-bound; the "
+                            f"skinny entry with the fewest rows >= {small} ({rows_of(best)})", tuple(notes))
+        notes.append(f"min(M, N) = {small} <= {SKINNY_MAX} is memory-bound, but no skinny entry for "
+                     f"{small} rows runs here")
+    sm_count = gpu.sm_count or ASSUMED_SM_COUNT
+    tiles = tiles_of(default, m, n)
+    if tiles < sm_count:
+        idle = f"{default.name}'s {tiles} tiles leave {sm_count - tiles} of {sm_count} SMs idle"
+        deep = deep_k(m, n, k)
+        if deep and usable["split_k"]:
+            return Decision(usable["split_k"][0].name, f"heuristic: {idle} and K = {k} is deep (K >= "
+                            f"{2 * MIN_K_PER_SPLIT} and K² >= M·N): split K", tuple(notes))
+        smaller = [v for v in usable["small_tile"] if tiles_of(v, m, n) > tiles]
+        if smaller:
+            filling = [v for v in smaller if tiles_of(v, m, n) >= sm_count]
+            best = filling[0] if filling else max(smaller, key=lambda v: tiles_of(v, m, n))
+            return Decision(best.name, f"heuristic: {idle}: a smaller tile ({tiles_of(best, m, n)} tiles)",
+                            tuple(notes))
+        notes.append(f"{idle}, but no {'split-K or ' if deep else ''}smaller-tile entry runs here")
+    bm, bn = default.family.tile(default.params)
+    return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn})", tuple(notes))
+
+
+def rows_of(v: Variant) -> int:
+    """The small dimension an entry is built for: its ROWS parameter, else its tile's smaller side."""
+    return v.params.get("ROWS") or min(v.family.tile(v.params))
+
+
+def tiles_of(v: Variant, m: int, n: int) -> int:
+    bm, bn = v.family.tile(v.params)
+    return -(-m // bm) * -(-n // bn)
+
+
+def deep_k(m: int, n: int, k: int) -> bool:
+    """K deep enough to split: room for two slices of MIN_K_PER_SPLIT, and at least the geometric mean
+    of M and N, so each block's K loop, not the partial tiles' traffic, is the cost being divided."""
+    return k >= 2 * MIN_K_PER_SPLIT and k * k >= m * n
+
+
+def _shape(entry) -> str:
+    return f"{entry['m']}×{entry['n']}×{entry['k']}"
+
+
+_gpus: dict[int, Gpu] = {}
+
+
+def gpu_of(device_id: int) -> Gpu:
+    """The Gpu of a CUDA device id (queried once per process)."""
+    if device_id not in _gpus:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(device_id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        _gpus[device_id] = Gpu(name, 10 * props["major"] + props["minor"], props["multiProcessorCount"])
+    return _gpus[device_id]
+
+
+def describe_gpu(name: str, cc: int) -> Gpu:
+    """A GPU given by name and compute capability (no device needed): its SM count from its table if any."""
+    table = selection_tables.table_for(name, cc)
+    return Gpu(name, cc, table["gpu"].get("sm_count") if table else None)
+
+
+def explain(dtype, m: int, n: int, k: int, device=None) -> str:
+    """Which variant `matmul(variant=None)` runs for an m×n×k product of `dtype`, and why. device: a CUDA
+    device id or cupy Device (None: the current one), or a Gpu / (name, cc) pair for a GPU not present."""
+    if isinstance(device, tuple) and not isinstance(device, Gpu):
+        device = describe_gpu(*device)
+    if not isinstance(device, Gpu):
+        if device is None:
+            import cupy
+            try:
+                device = cupy.cuda.runtime.getDevice()
+            except Exception as e:  # no driver, no device: CuPy's own CUDA errors
+                raise DeviceError(f"no CUDA GPU to explain for ({e}); name one instead: device=(name, cc), "
+                                  f"or --gpu NAME --cc XY on the command line") from None
+        device = gpu_of(device if isinstance(device, int) else device.id)
+    key = dtype_key(dtype)
+    decision = choose(device, key, m, n, k)
+    sms = f"{device.sm_count} SMs" if device.sm_count else f"SM count unknown, {ASSUMED_SM_COUNT} assumed"
+    lines = [f"{key} {m}×{n}×{k} on {device.name} (sm_{device.cc}, {sms})",
+             f"variant: {decision.variant}", f"why: {decision.reason}"]
+    lines += [f"note: {s}" for s in decision.notes]
+    if key == "float32":
+        lines.append("note: CUPY_TF32=1 would choose among TF32 tensor-core variants")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Gpu", "Decision", "dtype_key", "candidates", "why_not", "first_default", "choose", "explain",
+           "gpu_of", "describe_gpu", "rows_of", "tiles_of", "deep_k", "table_from_results", "format_table",
+           "SKINNY_MAX", "TABLE_REACH"]

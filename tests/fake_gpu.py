@@ -1,0 +1,82 @@
+"""A GPU made of fakes for CPU tests of the call path: CuPy arrays over addresses nothing dereferences,
+a kernel that records its launches, tensor maps that record their encodings."""
+import numpy as np
+import pytest
+
+from cupy_gemm import api, dispatch, launch, operands, prepared, tma
+
+cupy = pytest.importorskip("cupy")
+
+
+class FakeDevice:
+    def __init__(self, device_id):
+        self.id = device_id
+        self.compute_capability = "90"
+        self.attributes = {"MultiProcessorCount": 132, "MaxSharedMemoryPerBlockOptin": 227 * 1024}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class FakeKernel:
+    def __init__(self, name):
+        self.name, self.launches = name, []
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        self.launches.append((grid, block, args, shared_mem))
+
+
+class FakeGpu:
+    """Replaces the few CuPy and driver calls the fast path makes; counts decisions and resolutions."""
+
+    def __init__(self, monkeypatch):
+        self.device, self.stream, self.next_address = 0, 1, 1 << 32
+        self.kernels, self.decisions, self.resolutions, self.encodings = {}, 0, 0, 0
+        monkeypatch.setattr(prepared, "current_device", lambda: self.device)
+        monkeypatch.setattr(prepared, "current_stream", lambda: self.stream)
+        monkeypatch.setattr(prepared, "allocate", lambda shape, dtype: self.array(shape, dtype))
+        monkeypatch.setattr(prepared, "device_of", FakeDevice)
+        monkeypatch.setattr(launch, "load", lambda v, device: (self.kernels.setdefault(v.name, FakeKernel(v.name)), None))
+        self.info = dispatch.Gpu("Fake GPU", 90, 132)  # what dispatch sees; a test may name a real GPU
+        monkeypatch.setattr(dispatch, "gpu_of", lambda device_id: self.info)
+        monkeypatch.setattr(tma, "tensor_map_2d", self._tensor_map)
+        monkeypatch.setattr(launch, "launchable", lambda args: args)  # keep arguments readable
+        real_resolve, real_decide = operands.resolve, api._resolve_variant
+
+        def resolve(*args, **kw):
+            self.resolutions += 1
+            return real_resolve(*args, **kw)
+
+        def decide(variant, problem):
+            self.decisions += 1
+            return real_decide(variant, problem)
+        monkeypatch.setattr(operands, "resolve", resolve)
+        monkeypatch.setattr(api, "_resolve_variant", decide)
+        monkeypatch.delenv("CUPY_TF32", raising=False)
+        prepared.clear()
+
+    def array(self, shape, dtype, order="C", offset=0):
+        """A CuPy array at a fresh fake address on the current fake device (never dereferenced)."""
+        size = int(np.prod(shape)) * np.dtype(dtype).itemsize + offset
+        mem = cupy.cuda.UnownedMemory(self.next_address, size, None, device_id=self.device)
+        self.next_address += -(-size // 4096) * 4096 + 4096
+        return cupy.ndarray(shape, dtype, memptr=cupy.cuda.MemoryPointer(mem, offset), order=order)
+
+    def _tensor_map(self, ptr, dtype, **kw):
+        self.encodings += 1
+        return ("map", ptr, dtype, tuple(sorted(kw.items())))
+
+    def last_launch(self, name):
+        return self.kernels[name].launches[-1]
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    fake = FakeGpu(monkeypatch)
+    yield fake
+    prepared.clear()
+
+

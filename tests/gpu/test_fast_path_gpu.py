@@ -1,0 +1,91 @@
+"""The cache of prepared launches on a GPU: calls that share or almost share a key, interleaved, with new
+data every time, must each be right (float64 reference, NaN-poisoned outputs)."""
+import cupy
+import pytest
+
+import cupy_gemm
+from cupy_gemm import prepared, registry, verify
+from cupy_gemm.launch import compute_capability
+
+FIXED = {"float32": ["sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "sgemm_wgmma_m64n256k8_tf32_stages3_ws2"],
+         "float16": ["hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32", "hgemm_wgmma_m64n256k16_stages3_ws2"]}
+
+
+def _variants(dtype):
+    cc = compute_capability(cupy.cuda.Device())
+    return [None] + [name for name in FIXED[dtype] if registry.lookup(name).runs_on(cc)]
+
+
+def _poisoned(shape, dtype, order="C"):
+    return cupy.full(shape, cupy.nan, dtype=dtype, order=order)
+
+
+class Cases:
+    """Calls on few keys: the same shapes in C and Fortran order, as strided and misaligned views, on
+    another stream, with and without out=, and a gemm with beta; every call gets fresh operands."""
+
+    def __init__(self, dtype, variant):
+        self.dtype, self.variant, self.seed = dtype, variant, 0
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def rand(self, shape, order="C"):
+        self.seed += 1
+        return verify.random_operand(shape, self.dtype, self.seed, order)
+
+    def run(self, case, m, n, k):
+        """(result, reference, scale) of one call of the named case."""
+        a, b, c, beta, out, stream = self.rand((m, k)), self.rand((k, n)), None, 0.0, None, None
+        if case == "fortran":
+            a, b, out = self.rand((m, k), "F"), self.rand((k, n), "F"), _poisoned((m, n), self.dtype, "F")
+        elif case == "strided":  # row slices of wider matrices: zero-copy with a larger leading dimension
+            a, b = self.rand((m, k + 24))[:, 8:8 + k], self.rand((k, n + 40))[:, :n]
+        elif case == "misaligned":  # one element past an aligned address: vector kernels must copy
+            a = self.rand((m * k + 1,))[1:].reshape(m, k)
+        elif case == "out":
+            out = _poisoned((m, n), self.dtype)
+        elif case == "stream":
+            stream = self.stream
+        elif case == "gemm":
+            c, beta = self.rand((m, n)), -0.5
+            out = c.copy()
+        ref, scale = verify.reference(a, b, c, 2.0 if case == "gemm" else 1.0, beta)
+        cupy.cuda.Device().synchronize()  # a non-blocking stream does not wait for the default one
+        with stream or cupy.cuda.get_current_stream():
+            if case == "gemm":
+                result = cupy_gemm.gemm(a, b, out, alpha=2.0, beta=beta, variant=self.variant, out=out)
+            else:
+                result = cupy_gemm.matmul(a, b, variant=self.variant, out=out)
+        if stream is not None:
+            stream.synchronize()
+        assert out is None or result is out
+        return result, ref, scale
+
+
+CASES = ("plain", "fortran", "strided", "misaligned", "out", "stream", "gemm")
+SHAPES = ((127, 1000, 17), (17, 127, 1000), (1, 4095, 64), (1000, 17, 127))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_interleaved_calls_on_cached_entries(dtype):
+    for variant in _variants(dtype):
+        prepared.clear()
+        acc = "float32" if variant is None else registry.lookup(variant).acc
+        cases = Cases(dtype, variant)
+        for round_ in range(3):  # round 0 fills the cache, rounds 1-2 hit it with new arrays
+            for shape in SHAPES:
+                for case in CASES:
+                    result, ref, scale = cases.run(case, *shape)
+                    verdict = verify.check(result, ref, scale, dtype, acc, shape[2])
+                    assert verdict.ok, f"{variant or 'default'} {case} {shape} round {round_}: {verdict}"
+
+
+def test_same_key_new_data_is_not_stale():
+    """Back-to-back calls on one key whose results are kept: each must be its own product."""
+    prepared.clear()
+    a = [verify.random_operand((256, 128), "float16", seed) for seed in range(4)]
+    b = verify.random_operand((128, 192), "float16", 9)
+    results = [cupy_gemm.matmul(x, b) for x in a]
+    for x, result in zip(a, results):
+        ref, scale = verify.reference(x, b)
+        assert verify.check(result, ref, scale, "float16", "float32", 128).ok
+    assert len({r.data.ptr for r in results}) == len(results)

@@ -1,0 +1,261 @@
+"""Choosing the default variant per GPU and shape, without a GPU: tables, fall-through, every heuristic rule,
+the explanation and the `explain` command."""
+import dataclasses
+
+import pytest
+
+from cupy_gemm import api, cli, dispatch, registry, selection_tables
+from cupy_gemm.dispatch import Gpu
+from cupy_gemm.errors import CatalogueError
+from fake_gpu import gpu  # noqa: F401  (the fixture)
+
+H100 = Gpu("NVIDIA H100 80GB HBM3", 90, 132)
+A100 = Gpu("NVIDIA A100-SXM4-80GB", 80, 108)
+WGMMA = "hgemm_wgmma_m64n128k16_tile128x128_stages3_ws1"
+MMA = "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32"
+
+TABLE = f"""
+[generated]
+command = "cupy-gemm bench --shapes llm"
+date = "2026-11-23"
+device = "NVIDIA H100 80GB HBM3"
+cupy = "14.2.0"
+nvrtc = "13.0"
+
+[gpu]
+name = "NVIDIA  H100 80GB HBM3"
+cc = 90
+sm_count = 132
+
+[[entry]]
+dtype = "float16"
+m = 16
+n = 4096
+k = 4096
+variant = "{WGMMA}"
+
+[[entry]]
+dtype = "float16"
+m = 4096
+n = 4096
+k = 4096
+variant = "{MMA}"
+median_ms = 0.2
+
+[[entry]]
+dtype = "float16"
+m = 128
+n = 128
+k = 128
+variant = "no_such_kernel"
+
+[[entry]]
+dtype = "float16"
+m = 128
+n = 128
+k = 160
+variant = "hgemm_mma_m16n8k16_mma2x4_warp4x4_stages3"
+"""
+
+
+@pytest.fixture
+def table(monkeypatch):
+    parsed = selection_tables.parse_table(TABLE, "h100.toml")
+    monkeypatch.setattr(selection_tables, "tables", lambda: (parsed,))
+    monkeypatch.delenv("CUPY_TF32", raising=False)
+    return parsed
+
+
+def test_table_hit_nearest_in_log_space(table):
+    assert dispatch.choose(H100, "float16", 16, 4096, 4096).variant == WGMMA
+    hit = dispatch.choose(H100, "float16", 20, 4000, 4096)  # within a factor 2: the nearest point answers
+    assert hit.variant == WGMMA and "16×4096×4096" in hit.reason and "h100.toml" in hit.reason
+    assert dispatch.choose(H100, "float16", 4096, 4096, 8192).variant == MMA  # exactly 2× away: still in reach
+
+
+def test_table_is_per_gpu_name_and_cc(table):
+    # the table says "NVIDIA  H100 80GB HBM3": spacing and case do not matter
+    assert dispatch.choose(Gpu("nvidia h100 80gb hbm3", 90), "float16", 16, 4096, 4096).variant == WGMMA
+    other = dispatch.choose(Gpu("NVIDIA H200", 90, 132), "float16", 16, 4096, 4096)
+    assert "no dispatch table for NVIDIA H200" in " ".join(other.notes)
+    assert dispatch.choose(Gpu("NVIDIA H100 80GB HBM3", 89), "float16", 16, 4096, 4096).variant != WGMMA
+
+
+def test_table_out_of_reach_goes_to_the_heuristic(table):
+    far = dispatch.choose(H100, "float16", 1024, 1024, 1024)
+    assert far.reason.startswith("heuristic") and any("no usable float16 shape" in n for n in far.notes)
+    assert dispatch.choose(H100, "bfloat16", 16, 4096, 4096).reason.startswith("heuristic")  # other dtype key
+
+
+def test_table_names_that_cannot_serve_fall_through(table):
+    # 128³: the nearest entry names no catalogue kernel, the next accumulates in fp16: both are passed over
+    decision = dispatch.choose(H100, "float16", 128, 128, 128)
+    assert decision.reason.startswith("heuristic")
+    notes = " ".join(decision.notes)
+    assert "no_such_kernel (table, 128×128×128): not in the catalogue" in notes
+    assert "not float16 with float32 accumulation" in notes
+
+
+
+def test_table_names_that_do_not_run_here_fall_through(monkeypatch):
+    parsed = selection_tables.parse_table(TABLE.replace("cc = 90", "cc = 80"), "a100.toml")
+    monkeypatch.setattr(selection_tables, "tables", lambda: (parsed,))
+    decision = dispatch.choose(Gpu(H100.name, 80, 108), "float16", 16, 4096, 4096)
+    assert decision.variant != WGMMA and any("does not run on sm_80" in n for n in decision.notes)
+
+
+def test_bad_tables_are_refused():
+    with pytest.raises(CatalogueError, match=r"needs \[gpu\]"):
+        selection_tables.parse_table('[[entry]]\ndtype = "float16"\n')
+    with pytest.raises(CatalogueError, match="needs dtype, m, n, k, variant"):
+        selection_tables.parse_table('[gpu]\nname = "X"\ncc = 90\n[[entry]]\ndtype = "float16"\nm = 1\n')
+
+
+# ---- the heuristic -------------------------------------------------------------------------------------
+
+def _stand_in(name: str, new_name: str, family_changes=None, **params):
+    base = registry.catalogue()[name]
+    family = dataclasses.replace(base.family, **family_changes) if family_changes else base.family
+    return dataclasses.replace(base, name=new_name, family=family, params={**base.params, **params})
+
+
+@pytest.fixture
+def roles(monkeypatch):
+    """Candidate lists with stand-ins for kernels still to land: skinny entries of ROWS 1, 8 and 16, a
+    split-K entry, and small tiles; no tables."""
+    cat = dict(registry.catalogue())
+    for rows in (16, 1, 8):
+        cat[f"skinny_r{rows}"] = _stand_in("sgemm_sliced_k_f32", f"skinny_r{rows}", ROWS=rows)
+    cat["split_k_stand_in"] = _stand_in("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "split_k_stand_in",
+                                        {"split_k": True})
+    monkeypatch.setattr(registry, "catalogue", lambda: cat)
+    monkeypatch.setattr(selection_tables, "tables", lambda: ())
+    base = dispatch.candidates()
+    lists = {role: dict(base[role]) for role in base}
+    lists["skinny"]["float32"] = ("skinny_r16", "skinny_r1", "skinny_r8", "not_landed_yet")
+    lists["split_k"]["float32"] = ("not_landed_yet", "sgemm_sliced_k_f32", "split_k_stand_in")
+    lists["small_tile"]["float32"] = ("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf")
+    lists["split_k"]["tf32"] = ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2",)  # Hopper only
+    monkeypatch.setattr(dispatch, "candidates", lambda: lists)
+    return lists
+
+
+@pytest.mark.parametrize("m,n,expected", [(1, 4096, "skinny_r1"), (4096, 1, "skinny_r1"), (5, 4096, "skinny_r8"),
+                                          (8, 4096, "skinny_r8"), (16, 4096, "skinny_r16"), (4096, 12, "skinny_r16")])
+def test_skinny_takes_the_fewest_rows_that_cover(roles, m, n, expected):
+    decision = dispatch.choose(H100, "float32", m, n, 4096)
+    assert decision.variant == expected and "memory-bound" in decision.reason
+    assert any("not_landed_yet (skinny): not in the catalogue" in note for note in decision.notes)
+
+
+def test_deep_k_on_an_idle_gpu_splits_k(roles):
+    decision = dispatch.choose(H100, "float32", 128, 256, 8192)
+    assert decision.variant == "split_k_stand_in" and "split K" in decision.reason
+    assert any("sgemm_sliced_k_f32 (split_k): its family does not split K" in note for note in decision.notes)
+
+
+def test_shallow_k_on_an_idle_gpu_takes_a_smaller_tile(roles):
+    # 1024×1024 in 128×128 tiles is 64 blocks for 132 SMs; K = 256 is too shallow to split
+    decision = dispatch.choose(H100, "float32", 1024, 1024, 256)
+    assert decision.variant == "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf" and "smaller tile (256 tiles)" in decision.reason
+    # 256×256: no small tile fills 132 SMs; the one with the most tiles wins (the listed 128×128 tile
+    # is no smaller than the default's and is passed over)
+    assert dispatch.choose(H100, "float32", 256, 256, 128).variant == "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf"
+
+
+def test_a_full_gpu_keeps_the_big_tile_default(roles):
+    decision = dispatch.choose(H100, "float32", 4096, 4096, 4096)
+    assert decision.variant == roles["default"]["float32"][0] and "big-tile default" in decision.reason
+    # the same shape on a GPU with more SMs than tiles is no longer full
+    assert dispatch.choose(Gpu("big", 90, 2000), "float32", 4096, 4096, 256).variant != decision.variant
+
+
+def test_unrunnable_candidates_fall_through(roles):
+    decision = dispatch.choose(A100, "tf32", 128, 256, 8192)  # the only split-K tf32 entry needs sm_90a
+    assert decision.variant == dispatch.first_default("tf32", 80)
+    assert any("does not run on sm_80" in note for note in decision.notes)
+
+
+def test_without_tables_or_new_kernels_the_default_is_todays():
+    for key in dispatch.DTYPE_KEYS:
+        for cc in (80, 90):
+            for shape in ((1, 4096, 4096), (128, 4096, 11008), (512, 512, 512), (8192, 8192, 8192)):
+                assert dispatch.choose(Gpu("unknown GPU", cc), key, *shape).variant == dispatch.first_default(key, cc)
+        assert dispatch.first_default(key, 90) == api.DEFAULTS[key][0]
+
+
+def test_the_shipped_candidates_are_well_formed():
+    roles = dispatch.candidates()
+    assert set(roles) == set(dispatch.ROLES)
+    for role, lists in roles.items():
+        assert set(lists) == set(dispatch.DTYPE_KEYS)
+        for key, names in lists.items():
+            for name in names:
+                v = registry.catalogue().get(name)
+                assert v is None or dispatch.why_not(name, key, 90) is None or dispatch.why_not(name, key, 80) is None, \
+                    f"{role}/{key} lists {name}, which cannot serve {key}"
+
+
+def test_tf32_switch(monkeypatch):
+    monkeypatch.setenv("CUPY_TF32", "1")
+    assert dispatch.dtype_key("float32") == "tf32"
+    monkeypatch.setenv("CUPY_TF32", "0")
+    assert dispatch.dtype_key("float32") == "float32"
+
+
+# ---- tables from results, explanations, the command -------------------------------------------------------
+
+def test_table_from_results_round_trips(monkeypatch):
+    records = [{"dtype": "float16", "m": 16, "n": 4096, "k": 4096, "variant": MMA, "median_ms": 0.05},
+               {"dtype": "float16", "M": 16, "N": 4096, "K": 4096, "variant": "wgmma_swept_point",
+                "catalogue": WGMMA, "time_ms": 0.04},
+               {"dtype": "float16", "M": 16, "N": 4096, "K": 4096, "variant": "other_swept_point", "time_ms": 0.03},
+               {"dtype": "float16", "m": 16, "n": 4096, "k": 4096, "variant": "cublas", "median_ms": 0.01},
+               {"dtype": "float16", "m": 16, "n": 4096, "k": 4096, "variant": MMA, "median_ms": 0.001,
+                "status": "incorrect"},
+               {"dtype": "float32", "acc": "tf32", "m": 64, "n": 64, "k": 64,
+                "variant": "sgemm_wgmma_m64n256k8_tf32_stages3_ws2", "median_ms": 0.01}]
+    table = dispatch.table_from_results(records, gpu_name=H100.name, cc=90, sm_count=132, command="bench.py",
+                                        date="2026-11-23", cupy_version="14.2.0", nvrtc_version="13.0")
+    assert [(e["dtype"], e["variant"]) for e in table["entries"]] == [
+        ("float16", WGMMA), ("tf32", "sgemm_wgmma_m64n256k8_tf32_stages3_ws2")]
+    parsed = selection_tables.parse_table(dispatch.format_table(table), "made.toml")
+    assert parsed["generated"] == {"command": "bench.py", "date": "2026-11-23", "device": H100.name,
+                                   "cupy": "14.2.0", "nvrtc": "13.0"}
+    assert parsed["gpu"] == {"name": H100.name, "cc": 90, "sm_count": 132}
+    monkeypatch.setattr(selection_tables, "tables", lambda: (parsed,))
+    assert dispatch.choose(H100, "float16", 16, 4096, 4096).variant == WGMMA
+    with pytest.raises(ValueError, match="GPU's name"):
+        dispatch.table_from_results(records[:1])
+    from_records = dispatch.table_from_results([{**records[1], "device_name": "NVIDIA H200", "arch": "sm_90a"}],
+                                               cupy_version="14.2.0", nvrtc_version="13.0")
+    assert from_records["gpu"] == {"name": "NVIDIA H200", "cc": 90}
+
+
+def test_explain_names_the_choice_and_the_reason(table):
+    text = dispatch.explain("float16", 16, 4096, 4096, (H100.name, 90))
+    assert f"variant: {WGMMA}" in text and "nearest measured shape 16×4096×4096" in text
+    assert "132 SMs" in text  # from the table's [gpu]
+    text = dispatch.explain("float32", 4096, 4096, 4096, ("Some GPU", 80))
+    assert "big-tile default" in text and "SM count unknown" in text and "CUPY_TF32=1" in text
+
+
+def test_explain_command(table, capsys):
+    assert cli.main(["explain", "16x4096x4096", "--dtype", "float16", "--gpu", H100.name, "--cc", "90"]) == 0
+    assert f"variant: {WGMMA}" in capsys.readouterr().out
+    assert cli.main(["explain", "16x4096", "--gpu", H100.name, "--cc", "90"]) == 2
+    assert capsys.readouterr().err.startswith("error: shape")
+    assert cli.main(["explain", "64", "--dtype", "float64", "--gpu", H100.name, "--cc", "90"]) == 2
+    assert "error: no kernels for dtype float64" in capsys.readouterr().err
+    assert cli.main(["explain", "64", "--gpu", H100.name]) == 2
+    assert "--gpu and --cc go together" in capsys.readouterr().err
+
+
+def test_matmul_default_follows_the_table(table, gpu):
+    """variant=None on a fake H100: the table's choice is what launches."""
+    gpu.info = H100
+    api.matmul(gpu.array((16, 4096), "float16"), gpu.array((4096, 4096), "float16"))
+    assert gpu.kernels.keys() == {WGMMA}
+    api.matmul(gpu.array((4096, 4096), "float16"), gpu.array((4096, 4096), "float16"))
+    assert gpu.kernels.keys() == {WGMMA, MMA}
+
