@@ -2,10 +2,11 @@
 shape corpus (cupy_gemm.measure.corpus_bench), written as corpus.json/corpus.csv and markdown tables."""
 from __future__ import annotations
 
+import fnmatch
 import sys
 from pathlib import Path
 
-from . import devices
+from . import devices, dispatch, registry
 from .measure import corpus, corpus_bench, corpus_records
 from .present import corpus_tables
 
@@ -26,7 +27,7 @@ def run(args, console) -> int:
     settings = corpus_bench.Settings(repeats=args.repeats, check=not args.no_check, seed=args.seed,
                                      torch=not args.no_torch)
     command = " ".join(["cupy-gemm", *sys.argv[1:]])
-    meta, rows = corpus_bench.run(corpus.shapes(args.shapes), dtypes, variants=args.variant, settings=settings,
+    meta, rows = corpus_bench.run(corpus.shapes(args.shapes), dtypes, variants=_candidates(args), settings=settings,
                                   progress=console.print, command=command,
                                   checkpoint=lambda meta, rows: corpus_records.write(out, meta, rows))
     paths = corpus_records.write(out, meta, rows)
@@ -37,4 +38,29 @@ def run(args, console) -> int:
         console.print(f"{mode}: " + "; ".join(parts) + (f"; failed: {', '.join(stats['failed'])}"
                                                         if stats["failed"] else ""))
     console.print(f"wrote {paths['json']}, {paths['csv']} and {out / 'corpus.md'}")
+    if args.table:
+        Path(args.table).write_text(dispatch.format_table(candidate_table(meta, rows, command)))
+        console.print(f"wrote the dispatch table {args.table}")
     return 0
+
+
+def _candidates(args) -> list[str] | None:
+    """The catalogue variants --family/--variant (globs) pick, or None: the default path."""
+    if not (args.family or args.variant):
+        return None
+    names = [name for name, v in registry.catalogue().items()
+             if (not args.family or v.family.name in args.family)
+             and (not args.variant or any(fnmatch.fnmatchcase(name, g) for g in args.variant))]
+    if not names:
+        raise ValueError("no catalogue variant matches the --family/--variant filters")
+    return names
+
+
+def candidate_table(meta: dict, rows: list[dict], command: str) -> dict:
+    """A dispatch table from a --variant corpus run: per precision and shape, the fastest correct candidate."""
+    gpu = meta["devices"][0]
+    timed = [{"dtype": r["dtype"], "m": r["M"], "n": r["N"], "k": r["K"], "variant": r["variant"],
+              "median_ms": r["ours_us"] / 1e3, "status": r["status"]}
+             for r in rows if r["kind"] == "candidate" and r.get("ours_us") is not None]
+    return dispatch.table_from_results(timed, gpu_name=gpu["name"], cc=int(gpu["compute_capability"]),
+                                       command=command, cupy_version=meta.get("cupy"), nvrtc_version=meta.get("nvrtc"))

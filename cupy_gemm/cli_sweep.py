@@ -58,6 +58,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "the default path against cupy.matmul and torch.matmul (--dtype also takes tf32)")
     p.add_argument("--out", help="corpus runs: the folder for corpus.json, corpus.csv and corpus.md (default .)")
     p.add_argument("--no-torch", action="store_true", help="corpus runs: leave torch.matmul out")
+    p.add_argument("--table", help="corpus runs with --variant: write the fastest candidate per shape as a "
+                   "dispatch table (kernels/dispatch/table-<gpu>.toml)")
     p.add_argument("--quick", action="store_true",
                    help="a short run: the 'quick' shapes (1024³, 4096³), 5 repeats, 5 ms warm-up")
     p.add_argument("--csv", help="also write the records to this CSV file")

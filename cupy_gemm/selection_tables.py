@@ -135,7 +135,7 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
 
 
 def format_table(table: dict) -> str:
-    """The TOML text of a table (what kernels/dispatch/ (table-*.toml)<gpu>.toml holds)."""
+    """The TOML text of a table (what kernels/dispatch/table-<gpu>.toml holds)."""
     def value(v):
         return repr(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _quote(str(v))
     lines = ["[generated]", *(f"{k} = {value(v)}" for k, v in table["generated"].items()), "",
