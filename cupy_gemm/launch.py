@@ -7,12 +7,20 @@ import numpy as np
 
 from .compile import Compiled, arch_for, compile_variant, image_file
 from .errors import ConfigError, InputError
+from .families.base import CUDA_TYPES
 from .registry import Variant
 from .render import KERNEL_NAME
 
 MAX_GRID_X = 2**31 - 1
 MAX_SPLITS = 32
 MIN_K_PER_SPLIT = 256  # below this a split's partial tile costs more traffic than its K slice saves
+# The split-K cost model, in units of one K block's loads: a work unit (a tile's K slice) also pays for
+# filling its pipeline and storing C; with splits, for writing its partial tile, and the last split of a
+# tile for reading them all back. A split count must beat no split by SPLIT_MARGIN to be taken (what the
+# model leaves out: L2 misses on the partials, the counters' atomics).
+UNIT_OVERHEAD_K_BLOCKS = 2
+SPLIT_MARGIN = 0.9
+SM_THREADS, SM_REGISTERS, SM_SMEM = 2048, 65536, 228 * 1024  # per SM on sm_80 … sm_90
 
 
 @dataclass(frozen=True)
@@ -25,20 +33,42 @@ class LaunchConfig:
     workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
 
 
+def resident_blocks(variant: Variant) -> int:
+    """Blocks of a variant that one SM runs at once: `persistent` for persistent families, else an
+    estimate from threads and shared memory, assuming up to 128 registers a thread (the count is known
+    only after compiling)."""
+    fam, p = variant.family, variant.params
+    if fam.persistent:
+        return fam.persistent
+    threads = fam.threads(p)
+    smem = fam.smem_bytes(p, variant.dtype, variant.acc) + 1024  # the driver reserves 1 KB a block
+    return max(1, min(SM_THREADS // threads, SM_SMEM // smem, SM_REGISTERS // (threads * 128), 32))
+
+
 def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None) -> int:
-    """How many blocks share one C tile along K: SPLIT_K when set, else enough to fill the SMs with
-    at least MIN_K_PER_SPLIT of K each; never more splits than K blocks."""
+    """How many blocks share one C tile along K: SPLIT_K when set (never more than the K blocks), else
+    the count the cost model says finishes first — waves of tiles × splits units on every slot the GPU
+    has (SMs × resident blocks) — with at least MIN_K_PER_SPLIT of K each."""
     fam, p = variant.family, variant.params
     if not fam.split_k:
         return 1
-    k_blocks = max(1, -(-k // p.get("BK", 1)))
+    bk = p.get("BK", 1)
+    k_blocks = max(1, -(-k // bk))
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks))
-    sm_count = sm_count or 132
-    if tiles >= sm_count:
-        return 1
-    return max(1, min(sm_count // tiles, k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
+    slots = (sm_count or 132) * resident_blocks(variant)
+    most = max(1, min(k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
+    bm, bn = fam.tile(p)
+    partial = bm * bn * 4 / ((bm + bn) * bk * CUDA_TYPES[variant.dtype][1])  # an fp32 tile, in K blocks
+
+    def cost(splits: int) -> float:
+        waves = -(-tiles * splits // slots)
+        unit = -(-k_blocks // splits) + UNIT_OVERHEAD_K_BLOCKS + (partial if splits > 1 else 0)
+        return waves * unit + (splits * partial if splits > 1 else 0)
+
+    best = min(range(1, most + 1), key=lambda s: (cost(s), s))
+    return best if cost(best) <= SPLIT_MARGIN * cost(1) else 1
 
 
 def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
@@ -123,5 +153,9 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
     if variant.family.split_k:
-        args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace))
+        # the workspace of the stream current at each launch, not at preparation: a prepared launch that
+        # is reused on another stream must not share counters with a kernel still running on the first
+        splits = np.int32(cfg.splits)
+        return lambda: kernel(cfg.grid, cfg.block, (*args, splits, workspace(device, cfg.workspace)),
+                              shared_mem=cfg.smem)
     return lambda: kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
