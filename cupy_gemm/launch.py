@@ -33,19 +33,21 @@ class LaunchConfig:
     workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
 
 
-def resident_blocks(variant: Variant) -> int:
-    """Blocks of a variant that one SM runs at once: `persistent` for persistent families, else an
-    estimate from threads and shared memory, assuming up to 128 registers a thread (the count is known
-    only after compiling)."""
+def resident_blocks(variant: Variant, registers: int | None = None) -> int:
+    """Blocks of a variant that one SM runs at once: `persistent` for persistent families, else from
+    threads, shared memory and the registers a thread uses (ptxas's count; 128 assumed when unknown)."""
     fam, p = variant.family, variant.params
     if fam.persistent:
         return fam.persistent
     threads = fam.threads(p)
     smem = fam.smem_bytes(p, variant.dtype, variant.acc) + 1024  # the driver reserves 1 KB a block
-    return max(1, min(SM_THREADS // threads, SM_SMEM // smem, SM_REGISTERS // (threads * 128), 32))
+    warp_registers = -(-(registers or 128) * 32 // 256) * 256  # allocated per warp, 256 at a time
+    by_registers = SM_REGISTERS // warp_registers // (threads // 32)
+    return max(1, min(SM_THREADS // threads, SM_SMEM // smem, by_registers, 32))
 
 
-def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None) -> int:
+def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None,
+             registers: int | None = None) -> int:
     """How many blocks share one C tile along K: SPLIT_K when set (never more than the K blocks), else
     the count the cost model says finishes first — waves of tiles × splits units on every slot the GPU
     has (SMs × resident blocks) — with at least MIN_K_PER_SPLIT of K each."""
@@ -57,7 +59,7 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks))
-    slots = (sm_count or 132) * resident_blocks(variant)
+    slots = (sm_count or 132) * resident_blocks(variant, registers)
     most = max(1, min(k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
     bm, bn = fam.tile(p)
     partial = bm * bn * 4 / ((bm + bn) * bk * CUDA_TYPES[variant.dtype][1])  # an fp32 tile, in K blocks
@@ -71,19 +73,26 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     return best if cost(best) <= SPLIT_MARGIN * cost(1) else 1
 
 
+def split_k_counter_bytes(tiles: int) -> int:
+    """The counters at the start of templates/common/split_k.cuh's workspace, padded to 256 bytes."""
+    return -(-tiles * 4 // 256) * 256
+
+
 def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
-    """Bytes of templates/common/split_k.cuh's workspace: counters padded to 256 B, then fp32 partials."""
-    return -(-tiles * 4 // 256) * 256 + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
+    """Bytes of templates/common/split_k.cuh's workspace: the counters, then fp32 partial tiles."""
+    return split_k_counter_bytes(tiles) + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
 
 
-def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None) -> LaunchConfig:
+def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
+                  registers: int | None = None) -> LaunchConfig:
+    """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed)."""
     fam, p = variant.family, variant.params
     bm, bn = fam.tile(p)
     tiles = -(-m // bm) * -(-n // bn)
     if tiles > MAX_GRID_X:
         raise InputError(f"{m}×{n} needs {tiles} tiles of {bm}×{bn}, more than a grid can hold "
                          f"({MAX_GRID_X}); use a variant with a larger tile")
-    splits = k_splits(variant, m, n, k, tiles, sm_count)
+    splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
     grid = (tiles, splits, 1)
     if fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
@@ -129,33 +138,46 @@ def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
             np.float32(alpha), np.float32(beta))
 
 
-_workspaces: dict[tuple[int, int], object] = {}
+_workspaces: dict[tuple[int, int], list] = {}  # (device, stream) -> [buffer, bytes at its start known zero]
 
 
-def workspace(device, nbytes: int):
-    """A zero-filled scratch buffer of at least nbytes for split-K kernels, one per device and stream:
-    kernels on one stream run in order, and each leaves the counters it used back at zero."""
+def workspace(device, nbytes: int, counter_bytes: int = 0, partials: bool = False):
+    """A scratch buffer of at least nbytes for split-K kernels, one per device and stream (kernels on one
+    stream run in order), whose first counter_bytes — the counters of templates/common/split_k.cuh — are
+    zero when the next kernel on the stream starts. A kernel leaves its own counters at zero, but its
+    partial tiles (partials=True), written right after them, fill the place where a launch with more tiles
+    keeps counters: so the buffer's zero prefix is tracked here, and a launch that needs more counters
+    than it holds first zeroes the difference (one memset on the stream; none when shapes repeat)."""
     import cupy
-    key = (device.id, cupy.cuda.get_current_stream().ptr)
-    buf = _workspaces.get(key)
-    if buf is None or buf.nbytes < nbytes:
+    stream = cupy.cuda.get_current_stream()
+    key = (device.id, stream.ptr)
+    entry = _workspaces.get(key)
+    if entry is None or entry[0].nbytes < nbytes:
+        size = max(nbytes, 2 * (entry[0].nbytes if entry is not None else 0), 1 << 16)
         with device:
-            buf = cupy.zeros(max(nbytes, 2 * (buf.nbytes if buf is not None else 0), 1 << 16), dtype=np.uint8)
-        _workspaces[key] = buf
+            entry = [cupy.zeros(size, dtype=np.uint8), size]
+        _workspaces[key] = entry
+    buf, zero = entry
+    if zero < counter_bytes:
+        with device:
+            cupy.cuda.runtime.memsetAsync(buf.data.ptr + zero, 0, counter_bytes - zero, stream.ptr)
+        zero = counter_bytes
+    entry[1] = min(zero, counter_bytes) if partials else zero
     return buf
 
 
 def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta):
     """Everything a launch needs, for operands already in the family's layout and alignment:
     a callable that launches on CuPy's current stream."""
-    kernel, _ = load(variant, device)
-    cfg = launch_config(variant, m, n, k, device.attributes["MultiProcessorCount"])
+    kernel, compiled = load(variant, device)
+    cfg = launch_config(variant, m, n, k, device.attributes["MultiProcessorCount"], compiled.resources.registers)
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
     if variant.family.split_k:
         # the workspace of the stream current at each launch, not at preparation: a prepared launch that
         # is reused on another stream must not share counters with a kernel still running on the first
-        splits = np.int32(cfg.splits)
-        return lambda: kernel(cfg.grid, cfg.block, (*args, splits, workspace(device, cfg.workspace)),
+        splits, counters = np.int32(cfg.splits), split_k_counter_bytes(cfg.tiles)
+        return lambda: kernel(cfg.grid, cfg.block,
+                              (*args, splits, workspace(device, cfg.workspace, counters, cfg.splits > 1)),
                               shared_mem=cfg.smem)
     return lambda: kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)

@@ -34,6 +34,11 @@ def candidates(precision: str, cc: int) -> list[str]:
             if v.dtype == dtype and v.acc == acc and n.endswith("_splitk") and api._runs_on(v, cc)]
 
 
+def forced_splits(v, splits: str):
+    return registry.make_variant(v.family, f"{v.name}_split{splits}", v.dtype, {**v.params, "SPLIT_K": int(splits)},
+                                 v.acc)
+
+
 def rotated_operands(m, n, k, dtype, l2_bytes):
     """Copies of (a, b, out) whose total is at least twice L2 (at most 64 copies, 6 GB)."""
     size = cupy.dtype(dtype).itemsize * (m * k + k * n + m * n)
@@ -54,6 +59,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", default="float16,bfloat16,float32,tf32")
     parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--splits", default="", help="also time every candidate with each of these forced "
+                        "SPLIT_K (e.g. 1,2,4,8) and list the fastest five: calibrates the launcher's choice")
     parser.add_argument("--launches", type=int, default=50, help="calls per event pair (a tenth of it from 2^33 "
                         "multiply-adds up, where one call is long enough to time)")
     args = parser.parse_args()
@@ -74,15 +81,21 @@ def main() -> None:
             launches = args.launches if m * n * k < 2**33 else max(2, args.launches // 10)
             base = per_call_us([timing.cublas_call(a, b, out, acc) for a, b, out in ops], launches)
             old = per_call_us([cupy_gemm.plan(a, b, variant=default, out=out) for a, b, out in ops], launches)
-            best = None
+            timed = []  # (µs, variant, splits)
             for name in candidates(precision, cc):
-                us = per_call_us([cupy_gemm.plan(a, b, variant=name, out=out) for a, b, out in ops], launches)
-                if best is None or us < best[0]:
-                    best = (us, name)
-            new_us, new_name = best if best else (float("nan"), "-")
-            splits = launch.launch_config(registry.lookup(new_name), m, n, k, sms).splits if best else 0
+                v = registry.lookup(name)
+                forced = [forced_splits(v, s) for s in args.splits.split(",") if s]
+                for variant in [v, *forced]:
+                    us = per_call_us([cupy_gemm.plan(a, b, variant=variant, out=out) for a, b, out in ops], launches)
+                    registers = launch.load(variant, device)[1].resources.registers
+                    timed.append((us, variant, launch.launch_config(variant, m, n, k, sms, registers).splits))
+            auto = sorted((t for t in timed if t[1].params["SPLIT_K"] == 0), key=lambda t: t[0])
+            new_us, new_variant, splits = auto[0] if auto else (float("nan"), None, 0)
             print(f"{precision:9} {f'{m}×{n}×{k}':>15} {old:9.1f} {new_us:9.1f} {base:9.1f} {base / new_us:10.2f} "
-                  f"{base / old:14.2f}  {new_name} ({splits})", flush=True)
+                  f"{base / old:14.2f}  {new_variant.name if new_variant else '-'} ({splits})", flush=True)
+            if args.splits:
+                fastest = sorted(timed, key=lambda t: t[0])[:5]
+                print("    fastest: " + "; ".join(f"{v.name.split('_splitk')[0]} s={s} {us:.1f}" for us, v, s in fastest))
             del ops
 
 

@@ -114,8 +114,12 @@ def test_resident_blocks():
     assert launch.resident_blocks(persistent) == 1
     small = CATALOGUE["sgemm_t_4x4_tile32x64_sliced_k16_f32x4_bcf_dbuf_offset_splitk"]  # 128 threads, 13 KB
     assert launch.resident_blocks(small) == 4  # 128 registers a thread assumed: 65536 / (128 * 128)
+    assert launch.resident_blocks(small, registers=89) == 5  # 89 → 96 a thread, in 256-register warp steps
     big = CATALOGUE["sgemm_t_8x16_sliced_k16_f32x4_bcf_dbuf"]  # 256 threads
-    assert launch.resident_blocks(big) == 2
+    assert launch.resident_blocks(big) == 2 and launch.resident_blocks(big, registers=255) == 1
+    # ptxas's count changes the policy's slots, so the splits: the same shape splits more with fewer registers
+    assert launch.k_splits(small, 16, 4096, 4096, 64, SMS, registers=40) >= launch.k_splits(
+        small, 16, 4096, 4096, 64, SMS, registers=128)
 
 
 @pytest.mark.parametrize("name", NEW[:1] + [n for n in NEW if n.startswith("sgemm_t")][:1])

@@ -55,9 +55,10 @@ def _check(v, a, b, *, c=None, alpha=1.0, beta=0.0, out=None):
 
 
 def _splits(v, m, n, k):
-    """The splits the launcher picks for this call (the kernel's own view: operands resolved as the API does)."""
-    cfg = launch.launch_config(v, m, n, k, cupy.cuda.Device().attributes["MultiProcessorCount"])
-    return cfg.splits
+    """The splits the launcher picks for C-ordered operands of this shape, as launch.prepare does."""
+    device = cupy.cuda.Device()
+    registers = launch.load(v, device)[1].resources.registers
+    return launch.launch_config(v, m, n, k, device.attributes["MultiProcessorCount"], registers).splits
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
@@ -157,7 +158,7 @@ def test_two_streams_at_once(name):
             assert verdict.ok, f"{v.name} stream {s}: {verdict}"
 
 
-def test_workspace_is_per_stream():
+def test_workspace_is_per_stream_with_zero_counters():
     device = cupy.cuda.Device()
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]  # alive: their handles stay distinct
     buffers = []
@@ -166,4 +167,20 @@ def test_workspace_is_per_stream():
             buffers.append(launch.workspace(device, 1 << 20))
     assert buffers[0].data.ptr != buffers[1].data.ptr
     with streams[0]:
-        assert launch.workspace(device, 1 << 10) is buffers[0]  # reused, not reallocated
+        buf = launch.workspace(device, 1 << 10, counter_bytes=256, partials=True)
+        assert buf is buffers[0]  # reused, not reallocated
+        buf[256:4096] = 7  # what a launch's partial tiles leave after its counters
+        again = launch.workspace(device, 1 << 10, counter_bytes=1024)  # a launch with more tiles
+        assert again is buf and int(cupy.count_nonzero(buf[:1024])) == 0
+        assert int(cupy.count_nonzero(buf[1024:4096])) == 4096 - 1024  # only the counters were cleared
+    streams[0].synchronize()
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_more_tiles_after_fewer(name):
+    """A split product with few tiles leaves partial tiles where a later one with more tiles keeps its
+    counters: the later product must still be right (the launcher zeroes those counters first)."""
+    v = _variant(name, 3)
+    _check(v, *_operands(v, 64, 256, 3000, seed=61))
+    _check(v, *_operands(v, 1000, 2000, 3000, seed=63))
+    _check(v, *_operands(v, 64, 256, 3000, seed=65))
