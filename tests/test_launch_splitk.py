@@ -90,14 +90,27 @@ def test_plain_entries_never_split(name):
 
 @pytest.mark.parametrize("name", NEW)
 def test_policy_fills_the_gpu_for_small_m(name):
-    """A small M×N with a long K is split so that tiles × splits fill the SMs' slots without a second
-    wave, each split keeping at least MIN_K_PER_SPLIT of K."""
+    """A small M×N with a long K is split so that tiles × splits busy the SMs without a second wave,
+    each split keeping at least MIN_K_PER_SPLIT of K."""
     v = CATALOGUE[name]
     k = 4096
-    cfg = launch.launch_config(v, 16, 4096, k, SMS)
+    cfg = launch.launch_config(v, 16, 1024, k, SMS)
     slots = SMS * launch.resident_blocks(v)
     assert cfg.splits > 1 and cfg.tiles * cfg.splits <= slots
     assert cfg.splits * launch.MIN_K_PER_SPLIT <= k and cfg.splits <= launch.MAX_SPLITS
+
+
+@pytest.mark.parametrize("name,shape,registers,splits", [
+    # memory-bound on the tensor cores: 64 tiles already draw what HBM gives, splitting only adds partials
+    ("hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk", (64, 4096, 4096), None, 1),
+    ("hgemm_wgmma_m64n128k16_tile128x128_stages6_ws2_splitk", (128, 4096, 11008), None, 2),
+    # CUDA cores: the multiply-adds are the limit, so every resident block slot is worth filling
+    ("sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk", (64, 4096, 4096), 117, 8),
+    ("sgemm_t_16x8_sliced_k8_f32x4_bcf_dbuf_offset_swizzle_splitk", (128, 4096, 11008), 255, 8),
+])
+def test_policy_picks_what_measured_fastest(name, shape, registers, splits):
+    """Forced SPLIT_K 1, 2, 4, 8 on an H100 (examples/splitk_timing.py --splits): these were the fastest."""
+    assert launch.launch_config(CATALOGUE[name], *shape, SMS, registers).splits == splits
 
 
 @pytest.mark.parametrize("name", NEW)

@@ -47,8 +47,8 @@ def _check(v, a, b, *, c=None, alpha=1.0, beta=0.0, out=None):
     n = b.shape[1]
     if out is None:  # poisoned: an element no split wrote stays NaN
         out = c.copy() if beta != 0 else cupy.full((m, n), cupy.nan, dtype=a.dtype)
+    ref, scale = verify.reference(a, b, c, alpha, beta)  # before the call: out may be c itself
     cupy_gemm.gemm(a, b, c, alpha=alpha, beta=beta, variant=v, out=out)
-    ref, scale = verify.reference(a, b, c, alpha, beta)
     verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
     assert verdict.ok, f"{v.name} {m}x{n}x{k} alpha={alpha} beta={beta}: {verdict}"
     return out
