@@ -9,12 +9,23 @@ import numpy as np
 from . import toolkit
 from .compile import Compiled, arch_for, compile_variant, evict, image_file
 from .errors import ConfigError, InputError, ModuleLoadError
+from .families.base import CUDA_TYPES
 from .registry import Variant
 from .render import KERNEL_NAME
 
 MAX_GRID_X = 2**31 - 1
 MAX_SPLITS = 32
 MIN_K_PER_SPLIT = 256  # below this a split's partial tile costs more traffic than its K slice saves
+# The split-K cost model (k_splits) estimates a launch's time in ns from what one SM and the memory can
+# do — an H100 at its sustained clock; the choice follows their ratios more than their values:
+SM_BYTES_PER_NS = 100  # operand bytes one SM's loads bring in at most (~64 B a clock)
+DRAM_BYTES_PER_NS_PER_SM = 23  # HBM bandwidth shared over the SMs (~3 TB/s over 132)
+# multiply-adds one SM does per ns, by what a split-K family of that precision runs on: tensor cores for
+# 16-bit inputs and TF32, CUDA cores for fp32
+SM_MACS_PER_NS = {"tf32": 1900, "float32": 250, "float16": 3800, "bfloat16": 3800}
+UNIT_OVERHEAD_K_BLOCKS = 2  # a work unit's pipeline fill and C store, in K blocks
+SPLIT_MARGIN = 0.9  # a split must beat none by this much: L2 misses and the counters' atomics are not modelled
+SM_THREADS, SM_REGISTERS, SM_SMEM = 2048, 65536, 228 * 1024  # per SM on sm_80 … sm_90
 
 # driver errors that blame the image, not the GPU or the context: the image is evicted and compiled afresh
 IMAGE_ERRORS = {
@@ -34,35 +45,83 @@ class LaunchConfig:
     workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
 
 
-def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None) -> int:
-    """How many blocks share one C tile along K: SPLIT_K when set, else enough to fill the SMs with
-    at least MIN_K_PER_SPLIT of K each; never more splits than K blocks."""
+def resident_blocks(variant: Variant, registers: int | None = None) -> int:
+    """Blocks of a variant that one SM runs at once: `persistent` for persistent families, else from
+    threads, shared memory and the registers a thread uses (ptxas's count; 128 assumed when unknown)."""
+    fam, p = variant.family, variant.params
+    if fam.persistent:
+        return fam.persistent
+    threads = fam.threads(p)
+    smem = fam.smem_bytes(p, variant.dtype, variant.acc) + 1024  # the driver reserves 1 KB a block
+    warp_registers = -(-(registers or 128) * 32 // 256) * 256  # allocated per warp, 256 at a time
+    by_registers = SM_REGISTERS // warp_registers // (threads // 32)
+    return max(1, min(SM_THREADS // threads, SM_SMEM // smem, by_registers, 32))
+
+
+def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None,
+             registers: int | None = None) -> int:
+    """How many blocks share one C tile along K: SPLIT_K when set (never more than the K blocks), else
+    the count the cost model says finishes first, each split keeping at least MIN_K_PER_SPLIT of K.
+
+    The model: a work unit (one tile's K slice) takes its K blocks plus a fixed overhead, each as long
+    as the SM needs to load it or to multiply it, whichever is longer, and with splits also writes an
+    fp32 partial tile. An SM runs ceil(units / SMs) units; fewer than the blocks it can hold leaves
+    it partly idle (a block alone gets 1 / resident of it). The whole launch cannot beat HBM bandwidth
+    for A, B and the partials, and the last split of a tile reads every partial back. So small M×N with
+    a long K splits until the SMs are busy, and memory-bound products stop splitting once bandwidth,
+    not SMs, is the limit: the partials' traffic then only costs."""
     fam, p = variant.family, variant.params
     if not fam.split_k:
         return 1
-    k_blocks = max(1, -(-k // p.get("BK", 1)))
+    bk = p.get("BK", 1)
+    k_blocks = max(1, -(-k // bk))
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks))
-    sm_count = sm_count or 132
-    if tiles >= sm_count:
-        return 1
-    return max(1, min(sm_count // tiles, k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
+    sms = sm_count or 132
+    resident = resident_blocks(variant, registers)
+    most = max(1, min(k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
+    bm, bn = fam.tile(p)
+    size = CUDA_TYPES[variant.dtype][1]
+    macs = SM_MACS_PER_NS["tf32" if variant.acc == "tf32" else variant.dtype]
+    k_block_ns = max((bm + bn) * bk * size / SM_BYTES_PER_NS, bm * bn * bk / macs)
+    partial_ns = bm * bn * 4 / SM_BYTES_PER_NS  # one fp32 partial tile written, or read back
+    operand_bytes = (m + n) * k * size + m * n * size
+
+    def cost(splits: int) -> float:
+        unit_ns = (-(-k_blocks // splits) + UNIT_OVERHEAD_K_BLOCKS) * k_block_ns
+        if splits == 1:
+            dram_ns = operand_bytes / (DRAM_BYTES_PER_NS_PER_SM * sms)
+            return max(max(resident, -(-tiles // sms)) * unit_ns, dram_ns)
+        partial_bytes = 2 * splits * tiles * bm * bn * 4
+        dram_ns = (operand_bytes + partial_bytes) / (DRAM_BYTES_PER_NS_PER_SM * sms)
+        per_sm = max(resident, -(-tiles * splits // sms)) * (unit_ns + partial_ns)
+        return max(per_sm, dram_ns) + splits * partial_ns
+
+    best = min(range(1, most + 1), key=lambda s: (cost(s), s))
+    return best if cost(best) <= SPLIT_MARGIN * cost(1) else 1
+
+
+def split_k_counter_bytes(tiles: int) -> int:
+    """The counters at the start of templates/common/split_k.cuh's workspace, padded to 256 bytes."""
+    return -(-tiles * 4 // 256) * 256
 
 
 def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
-    """Bytes of templates/common/split_k.cuh's workspace: counters padded to 256 B, then fp32 partials."""
-    return -(-tiles * 4 // 256) * 256 + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
+    """Bytes of templates/common/split_k.cuh's workspace: the counters, then fp32 partial tiles."""
+    return split_k_counter_bytes(tiles) + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
 
 
-def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None) -> LaunchConfig:
+def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
+                  registers: int | None = None) -> LaunchConfig:
+    """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed)."""
     fam, p = variant.family, variant.params
     bm, bn = fam.tile(p)
     tiles = -(-m // bm) * -(-n // bn)
     if tiles > MAX_GRID_X:
         raise InputError(f"{m}×{n} needs {tiles} tiles of {bm}×{bn}, more than a grid can hold "
                          f"({MAX_GRID_X}); use a variant with a larger tile")
-    splits = k_splits(variant, m, n, k, tiles, sm_count)
+    splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
     grid = (tiles, splits, 1)
     if fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
@@ -133,19 +192,31 @@ def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
             np.float32(alpha), np.float32(beta))
 
 
-_workspaces: dict[tuple[int, int], object] = {}
+_workspaces: dict[tuple[int, int], list] = {}  # (device, stream) -> [buffer, bytes at its start known zero]
 
 
-def workspace(device, nbytes: int):
-    """A zero-filled scratch buffer of at least nbytes for split-K kernels, one per device and stream:
-    kernels on one stream run in order, and each leaves the counters it used back at zero."""
+def workspace(device, nbytes: int, counter_bytes: int = 0, partials: bool = False):
+    """A scratch buffer of at least nbytes for split-K kernels, one per device and stream (kernels on one
+    stream run in order), whose first counter_bytes — the counters of templates/common/split_k.cuh — are
+    zero when the next kernel on the stream starts. A kernel leaves its own counters at zero, but its
+    partial tiles (partials=True), written right after them, fill the place where a launch with more tiles
+    keeps counters: so the buffer's zero prefix is tracked here, and a launch that needs more counters
+    than it holds first zeroes the difference (one memset on the stream; none when shapes repeat)."""
     import cupy
-    key = (device.id, cupy.cuda.get_current_stream().ptr)
-    buf = _workspaces.get(key)
-    if buf is None or buf.nbytes < nbytes:
+    stream = cupy.cuda.get_current_stream()
+    key = (device.id, stream.ptr)
+    entry = _workspaces.get(key)
+    if entry is None or entry[0].nbytes < nbytes:
+        size = max(nbytes, 2 * (entry[0].nbytes if entry is not None else 0), 1 << 16)
         with device:
-            buf = cupy.zeros(max(nbytes, 2 * (buf.nbytes if buf is not None else 0), 1 << 16), dtype=np.uint8)
-        _workspaces[key] = buf
+            entry = [cupy.zeros(size, dtype=np.uint8), size]
+        _workspaces[key] = entry
+    buf, zero = entry
+    if zero < counter_bytes:
+        with device:
+            cupy.cuda.runtime.memsetAsync(buf.data.ptr + zero, 0, counter_bytes - zero, stream.ptr)
+        zero = counter_bytes
+    entry[1] = min(zero, counter_bytes) if partials else zero
     return buf
 
 
@@ -159,10 +230,16 @@ class Launch:
     config: LaunchConfig
     args: tuple
     variant: Variant
+    device: object
     geometry: tuple  # (m, n, k, lda, ldb, ldc, alpha, beta) the arguments were made for
 
     def __call__(self):
-        self.kernel(self.config.grid, self.config.block, self.args, shared_mem=self.config.smem)
+        args, cfg = self.args, self.config
+        if cfg.splits > 1:
+            # the workspace of the stream current at this launch, not at preparation: a launch reused on
+            # another stream must not share counters with a kernel still running on the first
+            args = (*args, workspace(self.device, cfg.workspace, split_k_counter_bytes(cfg.tiles), True))
+        self.kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
 
     def rebind(self, A, B, C) -> tuple:
         """The argument tuple for other operands with the same geometry (shapes, leading dimensions and
@@ -171,7 +248,7 @@ class Launch:
         if make_args is None:
             return (A, B, C) + self.args[POINTER_SLOTS:]
         head = launchable(make_args(self.variant, A, B, C, *self.geometry))
-        return head + self.args[len(head):]  # the split-K tail (splits, workspace) stays
+        return head + self.args[len(head):]  # the split-K tail (splits, and a null workspace for one) stays
 
 
 def launchable(args: tuple) -> tuple:
@@ -214,12 +291,12 @@ def sm_count(device) -> int:
 def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> Launch:
     """Everything a launch needs, for operands already in the family's layout and alignment: a Launch,
     which launches on CuPy's current stream when called."""
-    kernel, _ = load(variant, device)
+    kernel, compiled = load(variant, device)
     kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
-    cfg = launch_config(variant, m, n, k, sm_count(device))
+    cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers)
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta))
-    if variant.family.split_k:  # the workspace stays an array: the launch keeps it alive
-        args = (*args, *launchable((np.int32(cfg.splits),)), workspace(device, cfg.workspace))
-    return Launch(kernel, cfg, args, variant, (m, n, k, lda, ldb, ldc, alpha, beta))
+    if variant.family.split_k:  # one split never touches the workspace; more get theirs at each launch
+        args = (*args, *launchable((np.int32(cfg.splits),) + ((np.uintp(0),) if cfg.splits == 1 else ())))
+    return Launch(kernel, cfg, args, variant, device, (m, n, k, lda, ldb, ldc, alpha, beta))
 

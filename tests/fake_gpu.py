@@ -1,5 +1,7 @@
 """A GPU made of fakes for CPU tests of the call path: CuPy arrays over addresses nothing dereferences,
 a kernel that records its launches, tensor maps that record their encodings."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -39,7 +41,8 @@ class FakeGpu:
         monkeypatch.setattr(prepared, "current_stream", lambda: self.stream)
         monkeypatch.setattr(prepared, "allocate", lambda shape, dtype: self.array(shape, dtype))
         monkeypatch.setattr(prepared, "device_of", FakeDevice)
-        monkeypatch.setattr(launch, "load", lambda v, device: (self.kernels.setdefault(v.name, FakeKernel(v.name)), None))
+        unknown = SimpleNamespace(resources=SimpleNamespace(registers=None))  # no ptxas report: the launcher assumes
+        monkeypatch.setattr(launch, "load", lambda v, device: (self.kernels.setdefault(v.name, FakeKernel(v.name)), unknown))
         self.info = dispatch.Gpu("Fake GPU", 90, 132)  # what dispatch sees; a test may name a real GPU
         monkeypatch.setattr(dispatch, "gpu_of", lambda device_id: self.info)
         monkeypatch.setattr(tma, "tensor_map_2d", self._tensor_map)

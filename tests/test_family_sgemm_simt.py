@@ -39,8 +39,10 @@ def test_seed_shapes(name, tile, threads, bk):
 
 
 def test_names_match_flags():
-    for name, v in VARIANTS.items():
+    for full_name, v in VARIANTS.items():
         p = v.params
+        assert (p["SPLIT_K"] != 1) == full_name.endswith("_splitk"), full_name
+        name = full_name.removesuffix("_splitk")
         assert p["BCF"] == ("_bcf" in name), name
         assert p["DBUF"] == ("_dbuf" in name), name
         assert p["ASYNC"] == name.endswith(("_async", "_async_swizzle")), name

@@ -33,7 +33,7 @@ def test_launch_config_is_consistent(name):
     bm, bn = v.family.tile(v.params)
     assert cfg.tiles == -(-1000 // bm) * -(-1000 // bn)
     assert 32 <= cfg.block[0] <= 1024 and cfg.block[0] % 32 == 0
-    assert cfg.grid[0] <= cfg.tiles
+    assert cfg.grid[0] <= cfg.tiles * cfg.splits and cfg.grid[0] * cfg.grid[1] <= cfg.tiles * cfg.splits
 
 
 def _write(tmp_path, name, text):

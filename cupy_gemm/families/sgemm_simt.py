@@ -3,11 +3,13 @@
 Row-major fp32 (inputs, output, accumulation). Each thread owns a TM×TN tile of C made of float4
 groups; the flags add the seed's steps one by one: A transposed in shared memory (BCF), row padding
 (PAD, the seed's OFFSET), a register-staged double buffer (DBUF) and cp.async copies (ASYNC).
+Split-K (SPLIT_K, `split_k`): blockIdx.y is the block's split of K; 1 (the default) compiles it out, 0 lets
+the launcher choose per shape, for the small tiles that serve small and skinny problems.
 """
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Family, Param, flag
+from .base import Family, Param, flag, split_k_param
 
 
 def _threads(p) -> int:
@@ -74,6 +76,7 @@ SGEMM_SIMT = Family(
         flag("ASYNC", "cp.async global->shared copies (sm_80+); needs DBUF"),
         flag("PAIRS", "interleave warp lanes in pairs that share fragment addresses: float4 shared reads "
                       "in two wavefronts instead of four", default=1),
+        split_k_param(1),  # 1: the plain kernel, without the split-K steps
     ),
     dtypes={"float32": ("float32",)},
     threads=_threads,
@@ -83,6 +86,7 @@ SGEMM_SIMT = Family(
     rules=(_rules,),
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
+    split_k=True,
 )
 
 FAMILIES = (SGEMM_SIMT,)

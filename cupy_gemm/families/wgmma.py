@@ -16,19 +16,24 @@ C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves t
 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_c, T* C, int M, int N, int K, long long ldc,
-                float alpha, float beta)
+                float alpha, float beta, int splits, void* workspace)
 
 with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32, column-major. The copy engine
 zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs 16-byte aligned
 base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API guarantee
 (padding when a problem does not meet it).
+
+Split-K (`split_k`, the last two arguments): the persistent blocks walk tiles × splits work units, each a
+K slice of one C tile; the consumer warpgroups keep to templates/common/split_k.cuh's protocol. SPLIT_K = 1
+(the family's default, what every entry without it gets) compiles the split-K steps out; SPLIT_K = 0
+lets the launcher choose per shape, which small-M and skinny problems need to fill the GPU.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ConfigError
-from .base import CUDA_TYPES, Family, Param, flag
+from .base import CUDA_TYPES, Family, Param, flag, split_k_param
 
 SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
 C_BOX_ROWS = 64  # the epilogue stages and stores C in boxes of 64 rows (one m64 tile) by one swizzle row
@@ -42,8 +47,9 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     size = CUDA_TYPES[dtype][1]
     stage = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * size
     staging = p["TMA_STORE"] * p["CONSUMERS"] * 2 * C_BOX_ROWS * SWIZZLE_BYTES  # two C boxes per consumer
-    # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers
-    return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"]
+    # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers;
+    # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival
+    return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"] + (16 if p["SPLIT_K"] != 1 else 0)
 
 
 def _rule_tiles(p, dtype, acc):
@@ -90,6 +96,7 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
         flag("TMA_STORE", "epilogue through shared memory and TMA stores (beta = 0; else direct stores)", 1),
         Param("SWIZZLE", 2048, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        split_k_param(1),  # 1: the plain kernel, without the split-K steps
     )
 
 
@@ -105,6 +112,7 @@ _COMMON = dict(
     needs_sm90a=True,
     persistent=1,
     make_args=make_args,
+    split_k=True,
 )
 
 WGMMA = Family(
