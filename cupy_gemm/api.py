@@ -161,6 +161,8 @@ class Plan:
         self.alpha, self.beta = float(alpha), float(beta)
         self._fixed_launch = None  # when no operand needs copying, the prepared launch is reused
         if self.variant != CUBLAS:
+            self.max_rows = _max_rows(self.variant)
+            operands.swap_for_rows(m, n, self.max_rows, where=self.variant.name)  # refuse before compiling
             with self.device:  # compile and load now: errors surface here, not in the first timed call
                 launch.load(self.variant, self.device)
 
@@ -184,7 +186,7 @@ class Plan:
                 return out
             fam = self.variant.family
             ops = operands.resolve(a, b, out, fam.layout, fam.align(self.variant.params, self.variant.dtype),
-                                   fam.b_layout)
+                                   fam.b_layout, self.max_rows)
             run = launch.prepare(self.variant, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k,
                                  ops.lda, ops.ldb, ops.ldc, alpha, beta)
             run()
@@ -194,6 +196,10 @@ class Plan:
             if ops.zero_copy:
                 self._fixed_launch = (beta, run)
         return out
+
+
+def _max_rows(v: Variant) -> int | None:
+    return None if v.family.max_rows is None else v.family.max_rows(v.params)
 
 
 def _cublas(a, b, out, alpha, beta):

@@ -26,8 +26,9 @@ class LaunchConfig:
 
 
 def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None) -> int:
-    """How many blocks share one C tile along K: SPLIT_K when set, else enough to fill the SMs with
-    at least MIN_K_PER_SPLIT of K each; never more splits than K blocks."""
+    """How many blocks share one C tile along K: SPLIT_K when set, else enough for the family's
+    `split_k_fill` blocks per SM with at least MIN_K_PER_SPLIT (or its `split_k_min_k`) of K each;
+    never more splits than K blocks."""
     fam, p = variant.family, variant.params
     if not fam.split_k:
         return 1
@@ -35,10 +36,10 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks))
-    sm_count = sm_count or 132
-    if tiles >= sm_count:
+    blocks = (sm_count or 132) * fam.split_k_fill
+    if tiles >= blocks:
         return 1
-    return max(1, min(sm_count // tiles, k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
+    return max(1, min(blocks // tiles, k // (fam.split_k_min_k or MIN_K_PER_SPLIT), k_blocks, MAX_SPLITS))
 
 
 def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
@@ -48,6 +49,8 @@ def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None) -> LaunchConfig:
     fam, p = variant.family, variant.params
+    if fam.max_rows is not None and m > fam.max_rows(p):
+        raise InputError(f"{variant.name} serves at most {fam.max_rows(p)} rows of C; got M={m}")
     bm, bn = fam.tile(p)
     tiles = -(-m // bm) * -(-n // bn)
     if tiles > MAX_GRID_X:

@@ -1,0 +1,91 @@
+"""Skinny GEMM for decode-style products: at most ROWS rows of C, bound by streaming B once.
+
+Two families share templates/skinny.cu.j2 and differ in how B is laid out in memory, so that each of
+the common orientations is served without copying the big operand:
+  skinny         B row-major (N contiguous): x @ W with W stored K×N; by operand swap (Cᵀ = Bᵀ·Aᵀ) also
+                 W @ x for a column-major (Fortran) W.
+  skinny_kmajor  B column-major (K contiguous): x @ W.T with W stored N×K, as linear layers keep it; by
+                 operand swap also W @ x for a row-major W, the small-N product.
+Either family computes any problem whose smaller side (M, or N after the swap) is at most ROWS: the API
+puts that side in M (`max_rows`), and copies an operand whose layout does not fit.
+"""
+from __future__ import annotations
+
+from .base import CUDA_TYPES, Family, Param, divides, split_k_param
+from ..errors import ConfigError
+
+_DTYPES = {"float32": ("float32",), "float16": ("float32",), "bfloat16": ("float32",)}
+
+
+def _params(bn: int, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
+    return (
+        Param("ROWS", 8, "the most rows of C the kernel serves (register arrays are sized by it)",
+              choices=(1, 2, 4, 8, 16)),
+        Param("BN", bn, "columns of C per block", lo=1, hi=1024),
+        Param("VEC", 8, "elements per vector load of B (16 bytes: 8 halves or 4 floats)", choices=(1, 2, 4, 8)),
+        Param("WARPS", 8, "warps per block", lo=1, hi=32),
+        Param("KU", 4, "vector loads of B in flight per thread (K loop unroll)", lo=1, hi=16),
+        Param("BK", 256, "K granule: splits cut K in multiples of BK; the row-major kernel stages A's "
+              "rows BK at a time", lo=1, hi=4096),
+        *extra,
+        split_k_param(),
+    )
+
+
+def _vec_fits(p, dtype, acc):
+    if p["VEC"] * CUDA_TYPES[dtype][1] > 16:
+        yield ConfigError("VEC", p["VEC"], "VEC elements fit one 16-byte load "
+                          f"(at most {16 // CUDA_TYPES[dtype][1]} for {dtype})")
+
+
+def _rows_threads(p, dtype, acc):
+    ct, threads = p["BN"] // p["VEC"], 32 * p["WARPS"]
+    if threads % ct or (32 % ct and ct % 32):
+        yield ConfigError("BN", p["BN"], "BN / VEC must divide 32 or be a multiple of 32, and divide the "
+                          f"threads ({threads})")
+        return
+    kg = threads // ct
+    if p["BK"] % (kg * p["KU"]):
+        yield ConfigError("BK", p["BK"], f"BK must be a multiple of KU times the k-groups ({p['KU']} × {kg})")
+
+
+def _kmajor_threads(p, dtype, acc):
+    if p["WARPS"] % (p["BN"] // p["NT"]):
+        yield ConfigError("BN", p["BN"], f"BN / NT must divide the warps ({p['WARPS']})")
+
+
+def _smem(p, dtype, acc, staged: bool) -> int:
+    """The block's fp32 tile of C, plus (row-major B) A's rows staged BK at a time as floats."""
+    return 4 * p["ROWS"] * (p["BN"] + (p["BK"] if staged else 0))
+
+
+def _family(name: str, doc: str, params, rules, b_layout, staged: bool) -> Family:
+    return Family(
+        name=name,
+        template="skinny.cu.j2",
+        doc=doc,
+        params=params,
+        dtypes=_DTYPES,
+        threads=lambda p: 32 * p["WARPS"],
+        tile=lambda p: (p["ROWS"], p["BN"]),
+        smem_bytes=lambda p, dtype, acc: _smem(p, dtype, acc, staged),
+        align=lambda p, dtype: p["VEC"],
+        rules=(_vec_fits, divides("VEC", "BK", "BK must be a multiple of VEC"), *rules),
+        b_layout=b_layout,
+        split_k=True,
+        split_k_fill=4,
+        split_k_min_k=128,
+        max_rows=lambda p: p["ROWS"],
+    )
+
+
+SKINNY = _family(
+    "skinny", "M <= ROWS: B (N contiguous) streamed once with 16-byte loads, split over K and N",
+    _params(256), (divides("VEC", "BN", "BN must be a multiple of VEC"), _rows_threads), None, staged=True)
+
+SKINNY_KMAJOR = _family(
+    "skinny_kmajor", "M <= ROWS: B (K contiguous, x @ W.T) streamed once with 16-byte loads along K",
+    _params(8, (Param("NT", 1, "columns of C per warp (B vectors per step)", lo=1, hi=16),)),
+    (divides("NT", "BN", "BN must be a multiple of NT"), _kmajor_threads), "col", staged=False)
+
+FAMILIES = (SKINNY, SKINNY_KMAJOR)
