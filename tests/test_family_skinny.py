@@ -34,6 +34,10 @@ def test_catalogue_covers_every_dtype_rows_and_layout():
     ("skinny", "float16", dict(ROWS_BASE, BK=48, KU=4), "BK", "BK must be a multiple of KU times the k-groups"),
     ("skinny_kmajor", "float16", dict(KMAJOR_BASE, BN=10), "BN", "BN must be a multiple of NT"),
     ("skinny_kmajor", "float16", dict(KMAJOR_BASE, BN=12), "BN", "BN / NT must divide the warps"),
+    ("skinny_kmajor", "float32", dict(KMAJOR_BASE, VEC=4, NT=8, BN=16, MMA=1), "MMA",
+     "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8 and ROWS of 8 or 16"),
+    ("skinny_kmajor", "float16", dict(KMAJOR_BASE, ROWS=4, NT=8, BN=16, MMA=1), "MMA",
+     "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8 and ROWS of 8 or 16"),
 ])
 def test_rules_match_static_asserts(fam, dtype, params, param, words):
     check_rule(family(fam), dtype, params, param, words, TEMPLATE)
@@ -42,9 +46,18 @@ def test_rules_match_static_asserts(fam, dtype, params, param, words):
 @pytest.mark.parametrize("fam, params, words", [
     ("skinny", dict(ROWS_BASE, BK=48, KU=4), "BK must be a multiple of KU times the k-groups"),
     ("skinny_kmajor", dict(KMAJOR_BASE, BN=12), "BN / NT must divide the warps"),
+    ("skinny_kmajor", dict(KMAJOR_BASE, MMA=1), "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8"),
 ])
 def test_template_refuses_what_the_rules_refuse(fam, params, words):
     check_template_refuses(family(fam), "float16", "float32", params, words)
+
+
+def test_tensor_core_entries_need_sm80():
+    cat = catalogue()
+    mma = [n for n in NAMES if cat[n].params.get("MMA")]
+    assert {(cat[n].dtype, cat[n].params["ROWS"]) for n in mma} == {
+        (d, r) for d in ("float16", "bfloat16") for r in (8, 16)}
+    assert all(cat[n].family.min_cc(cat[n].params, cat[n].dtype, cat[n].acc) == 80 for n in mma)
 
 
 def test_rows_is_one_of_the_register_array_sizes():

@@ -5,13 +5,14 @@ the common orientations is served without copying the big operand:
   skinny         B row-major (N contiguous): x @ W with W stored K×N; by operand swap (Cᵀ = Bᵀ·Aᵀ) also
                  W @ x for a column-major (Fortran) W.
   skinny_kmajor  B column-major (K contiguous): x @ W.T with W stored N×K, as linear layers keep it; by
-                 operand swap also W @ x for a row-major W, the small-N product.
+                 operand swap also W @ x for a row-major W, the small-N product. With MMA=1 (fp16,
+                 bf16) its warps multiply on tensor cores, so 8 or 16 rows cost what one does.
 Either family computes any problem whose smaller side (M, or N after the swap) is at most ROWS: the API
 puts that side in M (`max_rows`), and copies an operand whose layout does not fit.
 """
 from __future__ import annotations
 
-from .base import CUDA_TYPES, Family, Param, divides, split_k_param
+from .base import CUDA_TYPES, Family, Param, divides, flag, split_k_param
 from ..errors import ConfigError
 
 _DTYPES = {"float32": ("float32",), "float16": ("float32",), "bfloat16": ("float32",)}
@@ -54,12 +55,18 @@ def _kmajor_threads(p, dtype, acc):
         yield ConfigError("BN", p["BN"], f"BN / NT must divide the warps ({p['WARPS']})")
 
 
+def _mma(p, dtype, acc):
+    if p["MMA"] and (CUDA_TYPES[dtype][1] != 2 or p["VEC"] != 8 or p["NT"] % 8 or p["ROWS"] < 8):
+        yield ConfigError("MMA", p["MMA"], "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8 and ROWS of "
+                          f"8 or 16 (got {dtype}, VEC={p['VEC']}, NT={p['NT']}, ROWS={p['ROWS']})")
+
+
 def _smem(p, dtype, acc, staged: bool) -> int:
     """The block's fp32 tile of C, plus (row-major B) A's rows staged BK at a time as floats."""
     return 4 * p["ROWS"] * (p["BN"] + (p["BK"] if staged else 0))
 
 
-def _family(name: str, doc: str, params, rules, b_layout, staged: bool) -> Family:
+def _family(name: str, doc: str, params, rules, b_layout, staged: bool, min_cc=lambda p, dtype, acc: 70) -> Family:
     return Family(
         name=name,
         template="skinny.cu.j2",
@@ -76,6 +83,7 @@ def _family(name: str, doc: str, params, rules, b_layout, staged: bool) -> Famil
         split_k_fill=4,
         split_k_min_k=128,
         max_rows=lambda p: p["ROWS"],
+        min_cc=min_cc,
     )
 
 
@@ -85,7 +93,9 @@ SKINNY = _family(
 
 SKINNY_KMAJOR = _family(
     "skinny_kmajor", "M <= ROWS: B (K contiguous, x @ W.T) streamed once with 16-byte loads along K",
-    _params(8, (Param("NT", 1, "columns of C per warp (B vectors per step)", lo=1, hi=16),)),
-    (divides("NT", "BN", "BN must be a multiple of NT"), _kmajor_threads), "col", staged=False)
+    _params(8, (Param("NT", 1, "columns of C per warp (B vectors per step)", lo=1, hi=64),
+                flag("MMA", "multiply on tensor cores (m16n8k16, 16-bit inputs, sm_80+)"))),
+    (divides("NT", "BN", "BN must be a multiple of NT"), _kmajor_threads, _mma), "col", staged=False,
+    min_cc=lambda p, dtype, acc: 80 if p["MMA"] else 70)
 
 FAMILIES = (SKINNY, SKINNY_KMAJOR)
