@@ -42,9 +42,15 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     return max(1, min(blocks // tiles, k // (fam.split_k_min_k or MIN_K_PER_SPLIT), k_blocks, MAX_SPLITS))
 
 
+def split_k_counter_bytes(tiles: int) -> int:
+    """Bytes of the counters at the start of split_k.cuh's workspace (padded to 256 B): the fp32 partials
+    begin right after, so where they begin depends on the tile count."""
+    return -(-tiles * 4 // 256) * 256
+
+
 def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
     """Bytes of templates/common/split_k.cuh's workspace: counters padded to 256 B, then fp32 partials."""
-    return -(-tiles * 4 // 256) * 256 + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
+    return split_k_counter_bytes(tiles) + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
 
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None) -> LaunchConfig:
@@ -102,14 +108,16 @@ def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
             np.float32(alpha), np.float32(beta))
 
 
-_workspaces: dict[tuple[int, int], object] = {}
+_workspaces: dict[tuple[int, int, int], object] = {}
 
 
-def workspace(device, nbytes: int):
-    """A zero-filled scratch buffer of at least nbytes for split-K kernels, one per device and stream:
-    kernels on one stream run in order, and each leaves the counters it used back at zero."""
+def workspace(device, nbytes: int, counter_bytes: int):
+    """A zero-filled scratch buffer of at least nbytes for split-K kernels, one per device, stream and size
+    of the counter region: kernels on one stream run in order, and each leaves the counters it used back
+    at zero. Kernels whose counter regions differ in size get different buffers, or one kernel's partials
+    would land on the other's counters (partials start where the counters end)."""
     import cupy
-    key = (device.id, cupy.cuda.get_current_stream().ptr)
+    key = (device.id, cupy.cuda.get_current_stream().ptr, counter_bytes)
     buf = _workspaces.get(key)
     if buf is None or buf.nbytes < nbytes:
         with device:
@@ -126,5 +134,5 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
     args = make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta)
     if variant.family.split_k:
-        args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace))
+        args = (*args, np.int32(cfg.splits), workspace(device, cfg.workspace, split_k_counter_bytes(cfg.tiles)))
     return lambda: kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)

@@ -22,8 +22,8 @@ PREFIX = {"float16": "h", "bfloat16": "b", "float32": "s"}
 
 
 def gpu_time_per_call(calls, reps):
-    """Seconds per call of `calls` (cycled), from a CUDA graph of `reps` calls; plain launches if the
-    calls cannot be captured."""
+    """(seconds per call of `calls` (cycled), whether a CUDA graph held them): a graph of `reps` calls, or
+    plain launches if the calls cannot be captured (then host cost may show)."""
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         for call in calls:  # compile, allocate, prepare outside the capture
@@ -34,21 +34,21 @@ def gpu_time_per_call(calls, reps):
             for i in range(reps):
                 calls[i % len(calls)]()
             graph = stream.end_capture()
-            run = graph.launch
+            run, captured = graph.launch, True
         except Exception:  # noqa: BLE001 - anything refusing capture is timed as plain launches
             if stream.is_capturing():
                 try:
                     stream.end_capture()
                 except Exception:  # noqa: BLE001 - an invalidated capture ends with an error
                     pass
-            run = lambda: [calls[i % len(calls)]() for i in range(reps)]  # noqa: E731
+            run, captured = (lambda: [calls[i % len(calls)]() for i in range(reps)]), False
         run()
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record(stream)
         run()
         end.record(stream)
         end.synchronize()
-    return cupy.cuda.get_elapsed_time(start, end) / 1e3 / reps
+    return cupy.cuda.get_elapsed_time(start, end) / 1e3 / reps, captured
 
 
 def copy_bandwidth(reps=20) -> float:
@@ -58,7 +58,7 @@ def copy_bandwidth(reps=20) -> float:
     copy = lambda: cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes,  # noqa: E731
                                                  cupy.cuda.runtime.memcpyDeviceToDevice,
                                                  cupy.cuda.get_current_stream().ptr)
-    return 2 * nbytes / gpu_time_per_call([copy], reps)
+    return 2 * nbytes / gpu_time_per_call([copy], reps)[0]
 
 
 def operand_sets(make, nbytes, l2_bytes):
@@ -78,8 +78,9 @@ def layouts(m, k, n, dtype):
 
 
 def variant_for(family, dtype, m):
-    """The entry with the fewest rows that still serves m."""
-    return f"{PREFIX[dtype]}gemv_{family}_r{min(r for r in (1, 2, 4, 8, 16) if r >= m)}"
+    """The entry with the fewest rows that still serves m, on tensor cores where there is one."""
+    name = f"{PREFIX[dtype]}gemv_{family}_r{min(r for r in (1, 2, 4, 8, 16) if r >= m)}"
+    return f"{name}_mma" if f"{name}_mma" in cupy_gemm.variants(dtype) else name
 
 
 def main():
@@ -91,7 +92,8 @@ def main():
     copy_bw = copy_bandwidth()
     print(f"{cupy.cuda.runtime.getDeviceProperties(dev.id)['name'].decode()}: L2 {l2 >> 20} MB, "
           f"device-to-device copy {copy_bw / 1e9:.0f} GB/s")
-    print(f"{'dtype':9} {'M×K×N':15} {'layout':8} {'variant':28} {'µs':>8} {'GB/s':>7} {'% copy':>7} "
+    print("L: timed as plain launches (the calls could not be captured in a graph); C: a call copies operands")
+    print(f"{'dtype':9} {'M×K×N':15} {'layout':8} {'variant':32} {'µs':>8} {'GB/s':>7} {'% copy':>7} "
           f"{'cupy µs':>8} {'× cupy':>7}")
     for dtype in ("float16", "bfloat16", "float32"):
         size = cupy.dtype(dtype).itemsize
@@ -101,13 +103,14 @@ def main():
                 sets = operand_sets(make, nbytes, l2)
                 name = variant_for(family, dtype, m)
                 outs = [cupy.empty((a.shape[0], b.shape[1]), dtype, order=order) for a, b in sets]
-                ours = gpu_time_per_call([cupy_gemm.plan(a, b, variant=name, out=o) for (a, b), o in zip(sets, outs)],
-                                         args.reps)
-                theirs = gpu_time_per_call([lambda a=a, b=b, o=o: cupy.matmul(a, b, out=o)
-                                            for (a, b), o in zip(sets, outs)], args.reps)
-                print(f"{dtype:9} {f'{m}×{k}×{n}':15} {layout:8} {name:28} {ours * 1e6:8.1f} "
-                      f"{nbytes / ours / 1e9:7.0f} {100 * nbytes / ours / copy_bw:6.0f}% "
-                      f"{theirs * 1e6:8.1f} {theirs / ours:7.2f}")
+                plans = [cupy_gemm.plan(a, b, variant=name, out=o) for (a, b), o in zip(sets, outs)]
+                ours, graphed = gpu_time_per_call(plans, args.reps)
+                theirs, their_graph = gpu_time_per_call([lambda a=a, b=b, o=o: cupy.matmul(a, b, out=o)
+                                                         for (a, b), o in zip(sets, outs)], args.reps)
+                mark = ("" if graphed else "L") + ("" if plans[0]._fixed_launch else "C")
+                print(f"{dtype:9} {f'{m}×{k}×{n}':15} {layout:8} {name + (' ' + mark if mark else ''):32} "
+                      f"{ours * 1e6:8.1f} {nbytes / ours / 1e9:7.0f} {100 * nbytes / ours / copy_bw:6.0f}% "
+                      f"{theirs * 1e6:8.1f}{'' if their_graph else 'L'} {theirs / ours:7.2f}")
                 del sets, outs
 
 

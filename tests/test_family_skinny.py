@@ -35,9 +35,12 @@ def test_catalogue_covers_every_dtype_rows_and_layout():
     ("skinny_kmajor", "float16", dict(KMAJOR_BASE, BN=10), "BN", "BN must be a multiple of NT"),
     ("skinny_kmajor", "float16", dict(KMAJOR_BASE, BN=12), "BN", "BN / NT must divide the warps"),
     ("skinny_kmajor", "float32", dict(KMAJOR_BASE, VEC=4, NT=8, BN=16, MMA=1), "MMA",
-     "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8 and ROWS of 8 or 16"),
-    ("skinny_kmajor", "float16", dict(KMAJOR_BASE, ROWS=4, NT=8, BN=16, MMA=1), "MMA",
-     "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8 and ROWS of 8 or 16"),
+     "MMA=1 needs 16-bit inputs, VEC=8 and ROWS of 8 or 16"),
+    ("skinny", "float16", dict(ROWS_BASE, ROWS=4, BN=128, MMA=1), "MMA",
+     "MMA=1 needs 16-bit inputs, VEC=8 and ROWS of 8 or 16"),
+    ("skinny_kmajor", "float16", dict(KMAJOR_BASE, MMA=1), "NT", "MMA=1 needs NT a multiple of 8"),
+    ("skinny", "float16", dict(ROWS_BASE, BN=96, MMA=1), "BN",
+     "MMA=1 needs BN a multiple of 64 (a warp's columns) and BN / 64 dividing the warps"),
 ])
 def test_rules_match_static_asserts(fam, dtype, params, param, words):
     check_rule(family(fam), dtype, params, param, words, TEMPLATE)
@@ -46,7 +49,8 @@ def test_rules_match_static_asserts(fam, dtype, params, param, words):
 @pytest.mark.parametrize("fam, params, words", [
     ("skinny", dict(ROWS_BASE, BK=48, KU=4), "BK must be a multiple of KU times the k-groups"),
     ("skinny_kmajor", dict(KMAJOR_BASE, BN=12), "BN / NT must divide the warps"),
-    ("skinny_kmajor", dict(KMAJOR_BASE, MMA=1), "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8"),
+    ("skinny_kmajor", dict(KMAJOR_BASE, MMA=1), "MMA=1 needs NT a multiple of 8"),
+    ("skinny", dict(ROWS_BASE, BN=192, MMA=1), "BN / 64 dividing the warps"),
 ])
 def test_template_refuses_what_the_rules_refuse(fam, params, words):
     check_template_refuses(family(fam), "float16", "float32", params, words)
@@ -55,8 +59,8 @@ def test_template_refuses_what_the_rules_refuse(fam, params, words):
 def test_tensor_core_entries_need_sm80():
     cat = catalogue()
     mma = [n for n in NAMES if cat[n].params.get("MMA")]
-    assert {(cat[n].dtype, cat[n].params["ROWS"]) for n in mma} == {
-        (d, r) for d in ("float16", "bfloat16") for r in (8, 16)}
+    assert {(cat[n].family.name, cat[n].dtype, cat[n].params["ROWS"]) for n in mma} == {
+        (f, d, r) for f in ("skinny", "skinny_kmajor") for d in ("float16", "bfloat16") for r in (8, 16)}
     assert all(cat[n].family.min_cc(cat[n].params, cat[n].dtype, cat[n].acc) == 80 for n in mma)
 
 
@@ -84,14 +88,21 @@ def test_too_many_rows_and_columns_raise_before_launch(name):
 def test_split_policy_fills_the_gpu_several_times():
     v = catalogue()["hgemv_skinny_r1"]
     cfg = launch.launch_config(v, 1, 4096, 4096, sm_count=132)  # 16 column tiles of 256
-    assert cfg.tiles == 16 and cfg.grid == (16, 16, 1)  # 16 splits of 256: K blocks bound it
-    assert cfg.workspace >= 16 * 16 * 256 * 4
+    assert cfg.tiles == 16 and cfg.grid == (16, 32, 1)  # 4 x 132 blocks wanted; 32 splits is the most
+    assert cfg.workspace >= 32 * 16 * 256 * 4
     wide = launch.launch_config(v, 1, 14336, 4096, sm_count=132)  # 56 tiles: 4 x 132 / 56 = 9 splits
     assert wide.grid == (56, 9, 1)
     assert launch.launch_config(v, 1, 4096, 100, sm_count=132).splits == 1  # less than one K block
     forced = make_variant(v.family, "forced", "float16", {**v.params, "SPLIT_K": 7})
     assert launch.launch_config(forced, 1, 4096, 4096).splits == 7
-    assert launch.launch_config(forced, 1, 4096, 1000).splits == 4  # never more splits than K blocks
+    assert launch.launch_config(forced, 1, 4096, 300).splits == 3  # never more splits than K blocks
+
+
+def test_workspaces_with_different_counter_regions_are_apart():
+    """Partials start where the counters end: a kernel with more tiles must not find another's partials
+    on its counters."""
+    assert launch.split_k_counter_bytes(16) == 256 and launch.split_k_counter_bytes(512) == 2048
+    assert launch.split_k_workspace(512, 2, 64) == 2048 + 2 * 512 * 64 * 4
 
 
 def test_kmajor_tile_and_smem():
@@ -99,7 +110,9 @@ def test_kmajor_tile_and_smem():
     assert v.family.b_layout == "col" and v.family.tile(v.params) == (16, v.params["BN"])
     assert v.family.smem_bytes(v.params, "float16", "float32") == 4 * 16 * v.params["BN"]
     rows = catalogue()["hgemv_skinny_r16"]
-    assert rows.family.smem_bytes(rows.params, "float16", "float32") == 4 * 16 * (256 + 256)
+    assert rows.family.smem_bytes(rows.params, "float16", "float32") == 4 * 16 * (256 + 128)
+    mma = catalogue()["hgemv_skinny_r16_mma"]  # A's fragments come through L1: no staging
+    assert mma.family.smem_bytes(mma.params, "float16", "float32") == 4 * 16 * 128
 
 
 def test_render_states_the_layout():

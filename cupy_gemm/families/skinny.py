@@ -5,8 +5,8 @@ the common orientations is served without copying the big operand:
   skinny         B row-major (N contiguous): x @ W with W stored K×N; by operand swap (Cᵀ = Bᵀ·Aᵀ) also
                  W @ x for a column-major (Fortran) W.
   skinny_kmajor  B column-major (K contiguous): x @ W.T with W stored N×K, as linear layers keep it; by
-                 operand swap also W @ x for a row-major W, the small-N product. With MMA=1 (fp16,
-                 bf16) its warps multiply on tensor cores, so 8 or 16 rows cost what one does.
+                 operand swap also W @ x for a row-major W, the small-N product.
+With MMA=1 (fp16, bf16) either family multiplies on tensor cores, so 8 or 16 rows cost what one does.
 Either family computes any problem whose smaller side (M, or N after the swap) is at most ROWS: the API
 puts that side in M (`max_rows`), and copies an operand whose layout does not fit.
 """
@@ -25,10 +25,12 @@ def _params(bn: int, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
         Param("BN", bn, "columns of C per block", lo=1, hi=1024),
         Param("VEC", 8, "elements per vector load of B (16 bytes: 8 halves or 4 floats)", choices=(1, 2, 4, 8)),
         Param("WARPS", 8, "warps per block", lo=1, hi=32),
-        Param("KU", 4, "vector loads of B in flight per thread (K loop unroll)", lo=1, hi=16),
+        Param("KU", 4, "K steps unrolled: B loads in flight per thread are KU times the vectors of a step",
+              lo=1, hi=16),
         Param("BK", 256, "K granule: splits cut K in multiples of BK; the row-major kernel stages A's "
               "rows BK at a time", lo=1, hi=4096),
         *extra,
+        flag("MMA", "multiply on tensor cores (m16n8k16, 16-bit inputs, 8 or 16 rows, sm_80+)"),
         split_k_param(),
     )
 
@@ -40,6 +42,11 @@ def _vec_fits(p, dtype, acc):
 
 
 def _rows_threads(p, dtype, acc):
+    if p["MMA"]:
+        if p["BN"] % 64 or p["WARPS"] % (p["BN"] // 64):
+            yield ConfigError("BN", p["BN"], "MMA=1 needs BN a multiple of 64 (a warp's columns) and BN / 64 "
+                              f"dividing the warps ({p['WARPS']})")
+        return
     ct, threads = p["BN"] // p["VEC"], 32 * p["WARPS"]
     if threads % ct or (32 % ct and ct % 32):
         yield ConfigError("BN", p["BN"], "BN / VEC must divide 32 or be a multiple of 32, and divide the "
@@ -56,9 +63,14 @@ def _kmajor_threads(p, dtype, acc):
 
 
 def _mma(p, dtype, acc):
-    if p["MMA"] and (CUDA_TYPES[dtype][1] != 2 or p["VEC"] != 8 or p["NT"] % 8 or p["ROWS"] < 8):
-        yield ConfigError("MMA", p["MMA"], "MMA=1 needs 16-bit inputs, VEC=8, NT a multiple of 8 and ROWS of "
-                          f"8 or 16 (got {dtype}, VEC={p['VEC']}, NT={p['NT']}, ROWS={p['ROWS']})")
+    if p["MMA"] and (CUDA_TYPES[dtype][1] != 2 or p["VEC"] != 8 or p["ROWS"] < 8):
+        yield ConfigError("MMA", p["MMA"], "MMA=1 needs 16-bit inputs, VEC=8 and ROWS of 8 or 16 "
+                          f"(got {dtype}, VEC={p['VEC']}, ROWS={p['ROWS']})")
+
+
+def _mma_kmajor(p, dtype, acc):
+    if p["MMA"] and p["NT"] % 8:
+        yield ConfigError("NT", p["NT"], "MMA=1 needs NT a multiple of 8")
 
 
 def _smem(p, dtype, acc, staged: bool) -> int:
@@ -66,7 +78,7 @@ def _smem(p, dtype, acc, staged: bool) -> int:
     return 4 * p["ROWS"] * (p["BN"] + (p["BK"] if staged else 0))
 
 
-def _family(name: str, doc: str, params, rules, b_layout, staged: bool, min_cc=lambda p, dtype, acc: 70) -> Family:
+def _family(name: str, doc: str, params, rules, b_layout, staged: bool) -> Family:
     return Family(
         name=name,
         template="skinny.cu.j2",
@@ -75,15 +87,15 @@ def _family(name: str, doc: str, params, rules, b_layout, staged: bool, min_cc=l
         dtypes=_DTYPES,
         threads=lambda p: 32 * p["WARPS"],
         tile=lambda p: (p["ROWS"], p["BN"]),
-        smem_bytes=lambda p, dtype, acc: _smem(p, dtype, acc, staged),
+        smem_bytes=lambda p, dtype, acc: _smem(p, dtype, acc, staged and not p["MMA"]),
         align=lambda p, dtype: p["VEC"],
-        rules=(_vec_fits, divides("VEC", "BK", "BK must be a multiple of VEC"), *rules),
+        rules=(_vec_fits, divides("VEC", "BK", "BK must be a multiple of VEC"), _mma, *rules),
         b_layout=b_layout,
         split_k=True,
         split_k_fill=4,
         split_k_min_k=128,
         max_rows=lambda p: p["ROWS"],
-        min_cc=min_cc,
+        min_cc=lambda p, dtype, acc: 80 if p["MMA"] else 70,
     )
 
 
@@ -93,9 +105,7 @@ SKINNY = _family(
 
 SKINNY_KMAJOR = _family(
     "skinny_kmajor", "M <= ROWS: B (K contiguous, x @ W.T) streamed once with 16-byte loads along K",
-    _params(8, (Param("NT", 1, "columns of C per warp (B vectors per step)", lo=1, hi=64),
-                flag("MMA", "multiply on tensor cores (m16n8k16, 16-bit inputs, sm_80+)"))),
-    (divides("NT", "BN", "BN must be a multiple of NT"), _kmajor_threads, _mma), "col", staged=False,
-    min_cc=lambda p, dtype, acc: 80 if p["MMA"] else 70)
+    _params(8, (Param("NT", 1, "columns of C per warp (B vectors per step)", lo=1, hi=64),)),
+    (divides("NT", "BN", "BN must be a multiple of NT"), _kmajor_threads, _mma_kmajor), "col", staged=False)
 
 FAMILIES = (SKINNY, SKINNY_KMAJOR)

@@ -144,3 +144,15 @@ def test_large_index():
     ref, scale = verify.reference(a[pick], b)
     out = cupy_gemm.matmul(a, b, variant="hgemv_skinny_kmajor_r16")
     assert verify.check(out[pick], ref, scale, "float16", "float32", k).ok
+
+
+def test_split_kernels_of_different_tile_counts_share_a_stream():
+    """Partials of a launch with few tiles must not land on the counters of one with many."""
+    few, many = _with_split("hgemv_skinny_r8", 5), _with_split("hgemv_skinny_kmajor_r8", 3)
+    a, b, ref, scale = _case("float16", 8, 4096, 4096)
+    w_t = cupy.ascontiguousarray(b.T).T  # K-contiguous: the kmajor kernel's 512 tiles of 8
+    for _ in range(3):
+        for v, rhs in ((few, b), (many, w_t)):
+            out = cupy.full((8, 4096), cupy.nan, dtype=v.dtype)
+            cupy_gemm.matmul(a, rhs, variant=v, out=out)
+            assert verify.check(out, ref, scale, v.dtype, v.acc, 4096).ok, v.name
