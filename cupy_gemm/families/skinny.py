@@ -26,9 +26,8 @@ def _params(bn: int, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
         Param("VEC", 8, "elements per vector load of B (16 bytes: 8 halves or 4 floats)", choices=(1, 2, 4, 8)),
         Param("WARPS", 8, "warps per block", lo=1, hi=32),
         Param("KU", 4, "K steps unrolled: B loads in flight per thread are KU times the vectors of a step",
-              lo=1, hi=16),
-        Param("BK", 256, "K granule: splits cut K in multiples of BK; the row-major kernel stages A's "
-              "rows BK at a time", lo=1, hi=4096),
+              choices=(1, 2, 4, 8, 16)),
+        Param("BK", 256, "K granule: splits cut K in multiples of BK", lo=1, hi=4096),
         *extra,
         flag("MMA", "multiply on tensor cores (m16n8k16, 16-bit inputs, 8 or 16 rows, sm_80+)"),
         split_k_param(),
@@ -55,6 +54,9 @@ def _rows_threads(p, dtype, acc):
     kg = threads // ct
     if p["BK"] % (kg * p["KU"]):
         yield ConfigError("BK", p["BK"], f"BK must be a multiple of KU times the k-groups ({p['KU']} × {kg})")
+    if p["VEC"] % min(p["KU"], 16 // CUDA_TYPES[dtype][1]):
+        yield ConfigError("KU", p["KU"], "A's run of KU elements must be whole aligned vectors: "
+                          f"min(KU, 16 bytes) must divide VEC={p['VEC']}")
 
 
 def _kmajor_threads(p, dtype, acc):
@@ -73,12 +75,7 @@ def _mma_kmajor(p, dtype, acc):
         yield ConfigError("NT", p["NT"], "MMA=1 needs NT a multiple of 8")
 
 
-def _smem(p, dtype, acc, staged: bool) -> int:
-    """The block's fp32 tile of C, plus (row-major B) A's rows staged BK at a time as floats."""
-    return 4 * p["ROWS"] * (p["BN"] + (p["BK"] if staged else 0))
-
-
-def _family(name: str, doc: str, params, rules, b_layout, staged: bool) -> Family:
+def _family(name: str, doc: str, params, rules, b_layout) -> Family:
     return Family(
         name=name,
         template="skinny.cu.j2",
@@ -87,7 +84,7 @@ def _family(name: str, doc: str, params, rules, b_layout, staged: bool) -> Famil
         dtypes=_DTYPES,
         threads=lambda p: 32 * p["WARPS"],
         tile=lambda p: (p["ROWS"], p["BN"]),
-        smem_bytes=lambda p, dtype, acc: _smem(p, dtype, acc, staged and not p["MMA"]),
+        smem_bytes=lambda p, dtype, acc: 4 * p["ROWS"] * p["BN"],  # the block's fp32 tile of C
         align=lambda p, dtype: p["VEC"],
         rules=(_vec_fits, divides("VEC", "BK", "BK must be a multiple of VEC"), _mma, *rules),
         b_layout=b_layout,
@@ -101,11 +98,11 @@ def _family(name: str, doc: str, params, rules, b_layout, staged: bool) -> Famil
 
 SKINNY = _family(
     "skinny", "M <= ROWS: B (N contiguous) streamed once with 16-byte loads, split over K and N",
-    _params(256), (divides("VEC", "BN", "BN must be a multiple of VEC"), _rows_threads), None, staged=True)
+    _params(256), (divides("VEC", "BN", "BN must be a multiple of VEC"), _rows_threads), None)
 
 SKINNY_KMAJOR = _family(
     "skinny_kmajor", "M <= ROWS: B (K contiguous, x @ W.T) streamed once with 16-byte loads along K",
     _params(8, (Param("NT", 1, "columns of C per warp (B vectors per step)", lo=1, hi=64),)),
-    (divides("NT", "BN", "BN must be a multiple of NT"), _kmajor_threads, _mma_kmajor), "col", staged=False)
+    (divides("NT", "BN", "BN must be a multiple of NT"), _kmajor_threads, _mma_kmajor), "col")
 
 FAMILIES = (SKINNY, SKINNY_KMAJOR)
