@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import cupy
+import numpy as np
 
 import cupy_gemm
 from cupy_gemm import verify
@@ -21,9 +22,22 @@ SHAPES = [(m, 4096, n) for m in (1, 8, 16) for n in (4096, 14336)]  # (M, K, N)
 PREFIX = {"float16": "h", "bfloat16": "b", "float32": "s"}
 
 
+_SPIN_SOURCE = r"""
+extern "C" __global__ void spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) { }
+}"""
+
+
+def hold_stream(cycles=50_000_000):
+    """Keep the current stream busy for tens of milliseconds, so that launches issued meanwhile queue up
+    and then run back to back: events around them time the GPU, not the host."""
+    cupy.RawKernel(_SPIN_SOURCE, "spin")((1,), (1,), (np.int64(cycles),))
+
+
 def gpu_time_per_call(calls, reps):
     """(seconds per call of `calls` (cycled), whether a CUDA graph held them): a graph of `reps` calls, or
-    plain launches if the calls cannot be captured (then host cost may show)."""
+    plain launches queued behind a busy kernel if the calls cannot be captured."""
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         for call in calls:  # compile, allocate, prepare outside the capture
@@ -44,6 +58,8 @@ def gpu_time_per_call(calls, reps):
             run, captured = (lambda: [calls[i % len(calls)]() for i in range(reps)]), False
         run()
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        if not captured:
+            hold_stream()
         start.record(stream)
         run()
         end.record(stream)
@@ -92,7 +108,8 @@ def main():
     copy_bw = copy_bandwidth()
     print(f"{cupy.cuda.runtime.getDeviceProperties(dev.id)['name'].decode()}: L2 {l2 >> 20} MB, "
           f"device-to-device copy {copy_bw / 1e9:.0f} GB/s")
-    print("L: timed as plain launches (the calls could not be captured in a graph); C: a call copies operands")
+    print("L: timed as plain launches queued behind a busy kernel (the calls could not be captured in a graph); "
+          "C: a call copies operands")
     print(f"{'dtype':9} {'M×K×N':15} {'layout':8} {'variant':32} {'µs':>8} {'GB/s':>7} {'% copy':>7} "
           f"{'cupy µs':>8} {'× cupy':>7}")
     for dtype in ("float16", "bfloat16", "float32"):
