@@ -26,7 +26,12 @@ def _case(dtype, m, n, k):
 
 def _check(v, out, ref, scale, k, what):
     verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
-    return [] if verdict.ok else [f"{what}: {verdict}"]
+    if verdict.ok:
+        return []
+    worst = int(cupy.argmax(cupy.nan_to_num(cupy.abs(out.astype(cupy.float64) - ref), nan=cupy.inf)))
+    r, c = divmod(worst, out.shape[1])
+    return [f"{what}: {verdict}; worst at ({r}, {c}): got {float(out[r, c])!r}, expected {float(ref[r, c])!r} "
+            f"(scale {float(scale[r, c]):.3g})"]
 
 
 def _with_split(name, split):
@@ -38,17 +43,21 @@ def _rows(v):
     return sorted({1, 3, v.params["ROWS"]} - ({3} if v.params["ROWS"] < 3 else set()))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_few_rows_every_shape(name):
+ROW_CASES = [(n, which) for n in NAMES for which in ("1", "3", "ROWS")
+             if not (which == "3" and registry.lookup(n).params["ROWS"] < 3)]
+
+
+@pytest.mark.parametrize("name,which", ROW_CASES, ids=[f"{n}-m{w}" for n, w in ROW_CASES])
+def test_few_rows_every_shape(name, which):
     v = registry.lookup(name)
+    m = v.params["ROWS"] if which == "ROWS" else int(which)
     bad = []
-    for m in _rows(v):
-        for n in NS:
-            for k in KS:
-                a, b, ref, scale = _case(v.dtype, m, n, k)
-                out = cupy.full((m, n), cupy.nan, dtype=v.dtype)
-                cupy_gemm.matmul(a, b, variant=name, out=out)
-                bad += _check(v, out, ref, scale, k, f"{m}x{n}x{k}")
+    for n in NS:
+        for k in KS:
+            a, b, ref, scale = _case(v.dtype, m, n, k)
+            out = cupy.full((m, n), cupy.nan, dtype=v.dtype)
+            cupy_gemm.matmul(a, b, variant=name, out=out)
+            bad += _check(v, out, ref, scale, k, f"{m}x{n}x{k}")
     assert not bad, f"{name}: " + "; ".join(bad)
 
 
@@ -156,3 +165,13 @@ def test_split_kernels_of_different_tile_counts_share_a_stream():
             out = cupy.full((8, 4096), cupy.nan, dtype=v.dtype)
             cupy_gemm.matmul(a, rhs, variant=v, out=out)
             assert verify.check(out, ref, scale, v.dtype, v.acc, 4096).ok, v.name
+
+
+def test_bound_allows_fp16_subnormal_rounding():
+    """An fp16 product of two small inputs rounds to a subnormal with an absolute error up to 2^-25:
+    correct results must pass however small they are."""
+    a = cupy.asarray([[1e-3], [3e-3], [0.5]], dtype=cupy.float16)
+    b = cupy.asarray([[2e-3, 7e-4, 0.25]], dtype=cupy.float16)
+    ref, scale = verify.reference(a, b)
+    out = cupy_gemm.matmul(a, b, variant="hgemv_skinny_kmajor_r4")
+    assert verify.check(out, ref, scale, "float16", "float32", 1).ok
