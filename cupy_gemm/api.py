@@ -149,7 +149,8 @@ class Plan:
         self.alpha, self.beta = float(alpha), float(beta)
         self._prepared = prepared.Prepared(self.variant, self.problem, self.device, self.alpha, self.beta,
                                            c is not None)
-        if self.variant != CUBLAS:
+        if self.variant != CUBLAS:  # a few-rows kernel refuses a larger product before compiling
+            operands.swap_for_rows(self.problem.m, self.problem.n, self.variant.max_rows(), where=self.variant.name)
             with self.device:  # compile and load now: errors surface here, not in the first timed call
                 launch.load(self.variant, self.device)
 

@@ -79,8 +79,12 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     if requested:
         return max(1, min(requested, k_blocks))
     sms = sm_count or 132
+    min_k = fam.split_k_min_k or MIN_K_PER_SPLIT
+    if fam.split_k_fill:  # a memory-bound family: enough blocks to keep HBM busy, no arithmetic to model
+        blocks = sms * fam.split_k_fill
+        return 1 if tiles >= blocks else max(1, min(blocks // tiles, k // min_k, k_blocks, MAX_SPLITS))
     resident = resident_blocks(variant, registers)
-    most = max(1, min(k // MIN_K_PER_SPLIT, k_blocks, MAX_SPLITS))
+    most = max(1, min(k // min_k, k_blocks, MAX_SPLITS))
     bm, bn = fam.tile(p)
     size = CUDA_TYPES[variant.dtype][1]
     macs = SM_MACS_PER_NS["tf32" if variant.acc == "tf32" else variant.dtype]
@@ -116,6 +120,8 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
                   registers: int | None = None) -> LaunchConfig:
     """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed)."""
     fam, p = variant.family, variant.params
+    if fam.max_rows is not None and m > fam.max_rows(p):
+        raise InputError(f"{variant.name} serves at most {fam.max_rows(p)} rows of C; got M={m}")
     bm, bn = fam.tile(p)
     tiles = -(-m // bm) * -(-n // bn)
     if tiles > MAX_GRID_X:
@@ -234,7 +240,11 @@ class Launch:
     geometry: tuple  # (m, n, k, lda, ldb, ldc, alpha, beta) the arguments were made for
 
     def __call__(self):
-        args, cfg = self.args, self.config
+        self.launch(self.args)
+
+    def launch(self, args: tuple) -> None:
+        """Launch with these arguments (self.args, or rebind's for other operands)."""
+        cfg = self.config
         if cfg.splits > 1:
             # the workspace of the stream current at this launch, not at preparation: a launch reused on
             # another stream must not share counters with a kernel still running on the first

@@ -148,14 +148,36 @@ def _fits(x, order: str, align: int) -> int | None:
     return ld
 
 
-def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None) -> Operands:
+def swap_for_rows(m: int, n: int, max_rows: int | None, where: str = "") -> bool:
+    """For a kernel serving at most max_rows rows of C (None: any): whether A and B must swap (Cᵀ = Bᵀ·Aᵀ)
+    to put the product's small side in M. Raises InputError when neither side is small enough."""
+    if max_rows is None or m <= max_rows:
+        return False
+    if n <= max_rows:
+        return True
+    raise InputError(f"{where + ' ' if where else ''}serves products with at most {max_rows} rows or "
+                     f"columns; got {m}×{n} (use a general variant, or variant=None)")
+
+
+def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
+            max_rows: int | None = None) -> Operands:
     """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`;
-    `b_layout` is B's own layout where it differs (a "row" kernel reading B K-major takes "col").
+    `b_layout` is B's own layout where it differs (a "row" kernel reading B K-major takes "col");
+    `max_rows` fixes the orientation for a kernel serving few rows of C (see swap_for_rows).
 
     out must already hold beta·C's input (the caller copies c into it when beta != 0)."""
     import cupy
 
     orders = (layout, b_layout or layout)
+    if max_rows is not None:
+        if swap_for_rows(a.shape[0], b.shape[1], max_rows):
+            a, b, out = b.T, a.T, out.T
+        return _oriented(cupy, a, b, out, layout, align, orders, swap=False)
+    return _oriented(cupy, a, b, out, layout, align, orders, swap=True)
+
+
+def _oriented(cupy, a, b, out, layout, align, orders, swap: bool) -> Operands:
+    """The product as given, or (swap=True) its transpose where only that one is zero-copy."""
 
     other = "col" if layout == "row" else "row"
     m, k = a.shape
@@ -166,7 +188,7 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None) -> 
 
     if aligned(m, n) and _fits(out, layout, align) is not None:
         return _direct(a, b, out, orders, align, None)
-    if aligned(n, m) and _fits(out, other, align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
+    if swap and aligned(n, m) and _fits(out, other, align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
         return _direct(b.T, a.T, out.T, orders, align, None)
     if aligned(m, n):  # out is a view no kernel can write: compute into a fresh array, copy back
         tmp = _empty(cupy, (m, n), out.dtype, layout)

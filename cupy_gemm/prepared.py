@@ -57,23 +57,22 @@ class Prepared:
         if direct is None:
             return self._resolve_and_run(a, b, out)
         known, swapped = direct
-        cfg = known.config
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
             A, B = (b, a) if swapped else (a, b)
-            known.kernel(cfg.grid, cfg.block, (A, B, out) + known.args[launch.POINTER_SLOTS:], shared_mem=cfg.smem)
+            known.launch((A, B, out) + known.args[launch.POINTER_SLOTS:])
             return out
         where = (a.data.ptr, b.data.ptr, out.data.ptr)
         args = self.addresses.get(where)
         if args is None:
             args = known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out)))
             self._remember(where, args)
-        known.kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
+        known.launch(args)
         return out
 
     def _resolve_and_run(self, a, b, out):
         v = self.variant
         fam = v.family
-        ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
+        ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout, v.max_rows())
         run = launch.prepare(v, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.ldc,
                              self.alpha, self.beta)
         run()

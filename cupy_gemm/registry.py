@@ -56,6 +56,11 @@ class Variant:
         fam = self.family
         return cc >= fam.min_cc(self.params, self.dtype, self.acc) and (not fam.needs_sm90a or cc == 90)
 
+    def max_rows(self) -> int | None:
+        """The most rows (or columns) of C the variant serves, for few-rows kernels; None: any."""
+        fam = self.family
+        return None if fam.max_rows is None else fam.max_rows(self.params)
+
     def to_spec(self) -> tuple:
         """Plain data that `from_spec` turns back into this variant (what crosses to a worker process or
         host, and what a tuning entry stores)."""

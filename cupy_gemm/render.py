@@ -40,6 +40,7 @@ def context(variant: Variant) -> dict:
         "THREADS": fam.threads(variant.params),
         "SMEM_BYTES": fam.smem_bytes(variant.params, variant.dtype, variant.acc),
         "LAYOUT": fam.layout,
+        "B_LAYOUT": fam.b_layout or fam.layout,
     }
 
 

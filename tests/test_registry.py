@@ -29,9 +29,10 @@ def test_every_variant_renders_self_contained(name):
 @pytest.mark.parametrize("name", list(CATALOGUE))
 def test_launch_config_is_consistent(name):
     v = CATALOGUE[name]
-    cfg = cupy_gemm.get(name).launch_config(1000, 1000, 1000, sm_count=132)
+    m = 1000 if v.family.max_rows is None else v.family.max_rows(v.params)  # the rows it serves
+    cfg = cupy_gemm.get(name).launch_config(m, 1000, 1000, sm_count=132)
     bm, bn = v.family.tile(v.params)
-    assert cfg.tiles == -(-1000 // bm) * -(-1000 // bn)
+    assert cfg.tiles == -(-m // bm) * -(-1000 // bn)
     assert 32 <= cfg.block[0] <= 1024 and cfg.block[0] % 32 == 0
     assert cfg.grid[0] <= cfg.tiles * cfg.splits and cfg.grid[0] * cfg.grid[1] <= cfg.tiles * cfg.splits
 

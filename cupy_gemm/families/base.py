@@ -76,6 +76,14 @@ class Family:
                 `int splits, void* workspace` after its other arguments, the launcher picks `splits`
                 (the SPLIT_K parameter, or per shape when it is 0) and owns the workspace; blocks that
                 are not persistent find their split in blockIdx.y.
+    split_k_fill   for a memory-bound family: blocks per SM the automatic split (SPLIT_K = 0) aims for,
+                to keep enough loads in flight (None: launch.k_splits' cost model decides).
+    split_k_min_k  the least K a split should sum (None: launch.MIN_K_PER_SPLIT); a kernel whose partial
+                tile is small next to its slice of the operands may split finer.
+    max_rows    params -> the most rows of C the kernel serves (None: any M). The API puts the smaller
+                side of the product in M (swapping A and B: Cᵀ = Bᵀ·Aᵀ) and refuses a problem whose
+                M and N both exceed it, before anything launches. A dispatcher asks it which problems a
+                variant can serve: min(M, N) <= max_rows(params).
     """
     name: str
     template: str
@@ -96,6 +104,9 @@ class Family:
     persistent: int = 0
     make_args: Callable | None = None
     split_k: bool = False
+    split_k_fill: int | None = None
+    split_k_min_k: int | None = None
+    max_rows: Callable[[Mapping[str, int]], int] | None = None
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -80,7 +80,7 @@ class Workbench:
                             for _ in range(count - 1)]
         self.flush = L2Flush(self.device_id) if settings.flush == "l2" else None
         self._reference = None
-        self._ragged = None
+        self._ragged: dict[tuple, tuple] = {}
         self._baselines: dict[str, dict] = {}
 
     def reference(self):
@@ -88,16 +88,19 @@ class Workbench:
             self._reference = verify.reference(self.a, self.b)
         return self._reference
 
-    def ragged(self):
-        """(shape, a, b, c, (ref, scale)) of the ragged neighbour, made on first use."""
-        if self._ragged is None:
+    def ragged(self, max_rows: int | None = None):
+        """(shape, a, b, c, (ref, scale)) of the ragged neighbour, made on first use. For a variant serving
+        at most max_rows rows (or columns) the neighbour keeps the swept M where M + 1 would be refused."""
+        m, n, k = ragged_neighbour(*self.shape)
+        if max_rows is not None and min(m, n) > max_rows:
+            m = self.shape[0]
+        if (m, n, k) not in self._ragged:
             import cupy
-            m, n, k = ragged_neighbour(*self.shape)
             a = verify.random_operand((m, k), self.np_dtype, self.settings.seed + 2, self.order)
             b = verify.random_operand((k, n), self.np_dtype, self.settings.seed + 3, self.order)
             c = cupy.empty((m, n), dtype=self.np_dtype, order=self.order)
-            self._ragged = ((m, n, k), a, b, c, verify.reference(a, b))
-        return self._ragged
+            self._ragged[m, n, k] = ((m, n, k), a, b, c, verify.reference(a, b))
+        return self._ragged[m, n, k]
 
     def _verdict(self, call, out, ref_scale, acc: str, k: int):
         import cupy
@@ -154,7 +157,7 @@ class Workbench:
             return {**fields, "status": "invalid", "reason": str(e)}
         if self.settings.check:
             verdict = self._verdict(plans[0], self.c, self.reference(), variant.acc, self.shape[2])
-            shape_r, a, b, c, ref_r = self.ragged()
+            shape_r, a, b, c, ref_r = self.ragged(variant.max_rows())
             ragged = self._verdict(api.plan(a, b, variant=variant, out=c), c, ref_r, variant.acc, shape_r[2])
             fields.update(error=verdict.worst_ratio, ragged_error=ragged.worst_ratio,
                           ragged_shape="x".join(map(str, shape_r)))

@@ -18,7 +18,7 @@ def _runnable():
         return []
     cc = launch.compute_capability(cupy.cuda.Device())
     return [n for n, v in registry.catalogue().items()
-            if v.family.split_k and v.params["SPLIT_K"] != 1 and api._runs_on(v, cc)]
+            if v.family.split_k and v.params["SPLIT_K"] != 1 and v.runs_on(cc)]
 
 
 NEW = _runnable()
