@@ -6,7 +6,7 @@ import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import cache, compile as compile_mod, launch, registry, verify
+from cupy_gemm import cache, compile as compile_mod, launch, prepared, registry, verify
 from cupy_gemm.errors import CompileError, ModuleLoadError
 
 VARIANT = "sgemm_sliced_k_f32"
@@ -22,6 +22,7 @@ def cold(tmp_path, monkeypatch):
         monkeypatch.delenv(knob, raising=False)
     monkeypatch.setattr(compile_mod, "_memory", {})
     monkeypatch.setattr(launch, "_loaded", {})
+    prepared.clear()  # a prepared call holds its kernel: forget them, as a new process would
     calls = {"nvrtc": 0, "evict": 0}
     real_nvrtc, real_evict = compile_mod._nvrtc, launch.evict
 
@@ -68,6 +69,7 @@ def test_damaged_image_on_disk_is_rebuilt(cold, new_process):
     assert path.read_bytes() == compiled.image and cold["nvrtc"] == 1
     for seed, damage in enumerate((truncate, garbage), start=1):
         launch._loaded.clear()
+        prepared.clear()
         if new_process:
             compile_mod._memory.clear()
         damage(path)
@@ -84,6 +86,7 @@ def test_damaged_private_copy_is_rewritten_with_the_disk_cache_off(cold, monkeyp
     compiled = loaded()
     path = compile_mod.image_file(compiled)
     launch._loaded.clear()
+    prepared.clear()
     truncate(path)
     assert_matmul_right(1)
     assert path.read_bytes() == compiled.image
@@ -137,5 +140,6 @@ def test_second_refusal_is_a_module_load_error(cold, monkeypatch):
     assert str(path) in message and path.read_bytes() == foreign.image  # kept for inspection
     monkeypatch.setattr(compile_mod, "_nvrtc", real_nvrtc)  # NVRTC as it is: the GPU and the cache recover
     compile_mod._memory.clear()
+    prepared.clear()
     assert_matmul_right(2)
     assert path.read_bytes() == good.image and cold["evict"] == 2
