@@ -4,6 +4,11 @@ import tempfile
 
 import pytest
 
+# CuPy's CUB-backed reductions compile a kernel for each array size, and the checks here reduce at hundreds
+# of sizes (count_nonzero, max, norm in verify.check): its plain reductions compile once per dtype. Set
+# before CuPy is imported, and only when the user has not chosen.
+os.environ.setdefault("CUPY_ACCELERATORS", "")
+
 
 def _gpu_count() -> int:
     try:
