@@ -10,11 +10,11 @@
 """
 from .api import CUBLAS, Kernel, Plan, default_variant, gemm, get, matmul, plan, render, variants
 from .tuning import tune
-from .scaled import dequantize, quantize, scaled_mm
+from .scaled import dequantize, quantize, scaled_mm, scaled_plan
 from .errors import (CatalogueError, CompileError, CompilerNotFoundError, ConfigError, CupyGemmError,
                      DeviceError, DTypeError, InputError, UnknownVariantError)
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "gemm", "scaled_mm", "quantize", "dequantize", "tune", "plan", "Plan", "get", "Kernel", "variants", "render", "default_variant", "CUBLAS",
+__all__ = ["matmul", "gemm", "scaled_mm", "scaled_plan", "quantize", "dequantize", "tune", "plan", "Plan", "get", "Kernel", "variants", "render", "default_variant", "CUBLAS",
            "CupyGemmError", "ConfigError", "CatalogueError", "CompileError", "CompilerNotFoundError",
            "DeviceError", "DTypeError", "InputError", "UnknownVariantError"]

@@ -31,24 +31,25 @@ SCALING_IDS = {"tensor": 0, "rowcol": 1, "block": 2}
 K_ALIGN = 16  # bytes: TMA's row stride rule, = elements for fp8
 
 
-def scale_mode(scale_a_shape, scale_b_shape, m: int, n: int, k: int) -> str:
-    """'tensor', 'rowcol' or 'block' from the scale shapes; InputError when they fit no mode together.
-    Where two modes fit (one K-block, one column) they mean the same products; the cheaper is taken."""
+def scale_modes(scale_a_shape, scale_b_shape, m: int, n: int, k: int) -> list[str]:
+    """The scaling modes ('tensor', 'rowcol', 'block', cheapest first) the two scale shapes fit together;
+    InputError when none. Where two fit (one K-block and one column) they mean the same products."""
     kb, nb = -(-k // BLOCK), -(-n // BLOCK)
     a_modes = {"tensor": tuple(scale_a_shape) in ((), (1,)), "rowcol": tuple(scale_a_shape) == (m, 1),
                "block": tuple(scale_a_shape) == (m, kb)}
     b_modes = {"tensor": tuple(scale_b_shape) in ((), (1,)), "rowcol": tuple(scale_b_shape) == (1, n),
                "block": tuple(scale_b_shape) == (nb, kb)}
-    for mode in SCALING_IDS:
-        if a_modes[mode] and b_modes[mode]:
-            return mode
-    raise InputError(f"scale_a {tuple(scale_a_shape)} and scale_b {tuple(scale_b_shape)} fit no scaling mode for "
-                     f"a {m}×{k} by {k}×{n} product; expected per tensor () or (1,) and () or (1,); per row/column "
-                     f"({m}, 1) and (1, {n}); blocks ({m}, {kb}) and ({nb}, {kb}) (1×128 of a, 128×128 of b)")
+    modes = [mode for mode in SCALING_IDS if a_modes[mode] and b_modes[mode]]
+    if not modes:
+        raise InputError(f"scale_a {tuple(scale_a_shape)} and scale_b {tuple(scale_b_shape)} fit no scaling mode "
+                         f"for a {m}×{k} by {k}×{n} product; expected per tensor () or (1,) for both; per row/column "
+                         f"({m}, 1) and (1, {n}); blocks ({m}, {kb}) and ({nb}, {kb}) (1×128 of a, 128×128 of b)")
+    return modes
 
 
-def check_operands(a, b, scale_a, scale_b, format_a: str, format_b: str, out_dtype: str) -> tuple[int, int, int, str]:
-    """Every check that needs no GPU, on anything with shape/strides/dtype. Returns (M, N, K, mode)."""
+def check_operands(a, b, scale_a, scale_b, format_a: str, format_b: str, out_dtype: str):
+    """Every check that needs no GPU, on anything with shape/strides/dtype. Returns (M, N, K, the scaling
+    modes the scale shapes fit)."""
     check_format(format_a, "format_a")
     check_format(format_b, "format_b")
     if format_a == "e5m2" and format_b == "e5m2":
@@ -77,7 +78,7 @@ def check_operands(a, b, scale_a, scale_b, format_a: str, format_b: str, out_dty
     for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if s.dtype != np.float32:
             raise DTypeError(f"{name} must be float32; got {s.dtype}")
-    return m, n, k, scale_mode(scale_a.shape, scale_b.shape, m, n, k)
+    return m, n, k, scale_modes(scale_a.shape, scale_b.shape, m, n, k)
 
 
 @lru_cache(maxsize=None)
@@ -94,22 +95,24 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str) -> regi
     return registry.make_variant(registry.family(FAMILY), name, out_dtype, {**entries[0].params, **want})
 
 
-def check_variant(variant, format_a: str, format_b: str, mode: str, out_dtype: str) -> registry.Variant:
-    """A variant the caller named must be of this family and match the call."""
+def check_variant(variant, format_a: str, format_b: str, modes, out_dtype: str) -> tuple[registry.Variant, str]:
+    """The variant to run and its scaling mode: the default for the cheapest mode, or the one the caller
+    named, which must be of this family and match the call."""
     if variant is None:
-        return variant_for(format_a, format_b, mode, out_dtype)
+        return variant_for(format_a, format_b, modes[0], out_dtype), modes[0]
     variant = getattr(variant, "variant", variant)  # a Kernel
     if isinstance(variant, str):
         variant = registry.lookup(variant)
     if not isinstance(variant, registry.Variant) or variant.family.name != FAMILY:
         raise InputError(f"scaled_mm runs {FAMILY} variants; got {getattr(variant, 'name', variant)!r}")
     p = variant.params
-    got = (fp8.FORMATS[p["FORMAT_A"]], fp8.FORMATS[p["FORMAT_B"]], list(SCALING_IDS)[p["SCALING"]], variant.dtype)
-    if got != (format_a, format_b, mode, out_dtype):
-        raise InputError(f"variant {variant.name!r} multiplies {got[0]} × {got[1]} with {got[2]} scales into "
-                         f"{got[3]}; this call is {format_a} × {format_b}, {mode} scales, {out_dtype} out "
-                         f"(variant=None picks one)")
-    return variant
+    mode = list(SCALING_IDS)[p["SCALING"]]
+    got = (fp8.FORMATS[p["FORMAT_A"]], fp8.FORMATS[p["FORMAT_B"]], variant.dtype)
+    if got != (format_a, format_b, out_dtype) or mode not in modes:
+        raise InputError(f"variant {variant.name!r} multiplies {got[0]} × {got[1]} with {mode} scales into "
+                         f"{got[2]}; this call is {format_a} × {format_b}, {' or '.join(modes)} scales, {out_dtype} "
+                         f"out (variant=None picks one)")
+    return variant, mode
 
 
 def _tma_ready(x, rows: int, cols: int, itemsize: int) -> int | None:
@@ -165,34 +168,47 @@ def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_d
     """(scale_a ∘ a) · (scale_b ∘ b) for fp8 a (M×K uint8, row-major) and b (K×N uint8, column-major),
     fp32 accumulation, as out_dtype. See the module docstring for the scale shapes and where this
     differs from torch._scaled_mm. variant: a wgmma_fp8 catalogue name or Kernel, or None."""
+    return scaled_plan(a, b, scale_a, scale_b, format_a=format_a, format_b=format_b, out_dtype=out_dtype,
+                       out=out, variant=variant)()
+
+
+def scaled_plan(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,
+                variant=None):
+    """scaled_mm with every check and choice made now: calling the result runs the product (reading the
+    operands and scales as they are then) and returns the output array, the same one every call."""
     import cupy
     for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
         require_cupy(x, name)
     out_dtype = np.dtype(out_dtype).name
-    m, n, k, mode = check_operands(a, b, scale_a, scale_b, format_a, format_b, out_dtype)
+    m, n, k, modes = check_operands(a, b, scale_a, scale_b, format_a, format_b, out_dtype)
     devices = {x.device.id for x in (a, b, scale_a, scale_b)}
     if len(devices) > 1:
         raise InputError(f"a, b and the scales must be on one GPU; they are on GPUs {sorted(devices)}")
-    v = check_variant(variant, format_a, format_b, mode, out_dtype)
+    v, mode = check_variant(variant, format_a, format_b, modes, out_dtype)
     device = cupy.cuda.Device(a.device.id)
     target, ldc, copy_into = _output(out, m, n, out_dtype, device)
-    with device:
-        if m == 0 or n == 0:
-            return copy_into if copy_into is not None else target
-        if k == 0:
-            target.fill(0)
-        else:
-            a_k, lda = _k_major(a, m, k)
-            b_k, ldb = _k_major(b.T, n, k)
-            kernel, _ = launch.load(v, device)
+    result = copy_into if copy_into is not None else target
+    if m == 0 or n == 0:
+        return lambda: result
+    if k > 0:
+        with device:
+            kernel, _ = launch.load(v, device)  # compile and load now: errors surface here
             cfg = launch.launch_config(v, m, n, k, device.attributes["MultiProcessorCount"])
-            args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, mode, "a"),
-                                      _kernel_scales(scale_b, mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
-            kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
-        if copy_into is not None:
-            copy_into[...] = target[:, :n]
-            return copy_into
-    return target
+
+    def run():
+        with device:
+            if k == 0:
+                target.fill(0)
+            else:
+                a_k, lda = _k_major(a, m, k)
+                b_k, ldb = _k_major(b.T, n, k)
+                args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, mode, "a"),
+                                          _kernel_scales(scale_b, mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
+                kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
+            if copy_into is not None:
+                copy_into[...] = target[:, :n]
+        return result
+    return run
 
 
 def quantize(x, format="e4m3", scaling="tensor"):

@@ -44,10 +44,6 @@ def _rule_tiles(p, dtype, acc):
                           "(each consumer warpgroup takes whole m64 wgmma tiles)")
     if p["BN"] % p["WN"]:
         yield ConfigError("BN", p["BN"], f"a multiple of WN (the wgmma N) = {p['WN']}")
-    box_cols = SWIZZLE_BYTES // CUDA_TYPES[dtype][1]
-    if p["BN"] % box_cols:
-        yield ConfigError("BN", p["BN"], f"a multiple of one 128-byte row of C (64 16-bit or 32 fp32 columns): "
-                          f"{box_cols} for {dtype} output")
 
 
 def _rule_formats(p, dtype, acc):
