@@ -12,7 +12,9 @@ out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where 
 - no bias, no scale_result, no use_fast_accum argument: every 128-deep K-block is added into fp32
   registers (torch's default, use_fast_accum=False); a catalogue variant with PROMOTE = 0 is the fast mode;
 - e5m2 is allowed for one operand, not both (as torch);
-- scales must be float32 CuPy arrays on the operands' device.
+- scales must be float32 CuPy arrays on the operands' device; block scales of a are read [K-block][M], so
+  an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array (as quantize returns it) is
+  used in place, any other is copied.
 """
 from __future__ import annotations
 
@@ -234,7 +236,10 @@ def quantize(x, format="e4m3", scaling="tensor"):
             amax_kernel((-(-segments * 32 // 256),), (256,), (work, amax, *dims))
             blocks = min(-(-q.size // 256), 65535)
             quantize_kernel((blocks,), (256,), (work, amax, scales, q, *dims))
-    return (q.T if layout.transpose else q), scales.reshape(layout.scale_shape)
+        scales = scales.reshape(layout.scale_shape)
+        if scaling in ((1, BLOCK), [1, BLOCK]):  # stored [K-block][M], the layout the kernel reads: no copy then
+            scales = cupy.asfortranarray(scales)
+    return (q.T if layout.transpose else q), scales
 
 
 def dequantize(q, scales, format="e4m3"):

@@ -37,6 +37,7 @@ def test_catalogue_covers_every_scaling_and_output():
     ({"SCALING": 2, "PROMOTE": 0, "WN": 256}, "SCALING", "block scaling (SCALING = 2) needs PROMOTE = 1"),
     ({"SCALING": 2, "BN": 192, "WN": 64}, "SCALING", "BN a multiple of 128"),
     ({"WN": 256}, "BN", "at most 192 accumulator registers per consumer thread"),
+    ({"BM": 192, "CONSUMERS": 3, "STAGES": 2}, "BN", "(128 with three consumers)"),  # 64 × (256 + 128) / 128
     ({"FORMAT_A": 1, "FORMAT_B": 1}, "FORMAT_B", "at most one e5m2 operand"),
 ])
 def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, words):
@@ -48,7 +49,7 @@ def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, w
     ({"WN": 96}, "WN"),                  # not an instruction N the family offers
     ({"SCALING": 3}, "SCALING"),
     ({"FORMAT_A": 2}, "FORMAT_A"),
-    ({"CONSUMERS": 3}, "CONSUMERS"),
+    ({"CONSUMERS": 4}, "CONSUMERS"),
 ])
 def test_parameter_limits(params, param):
     with pytest.raises(ConfigError) as e:

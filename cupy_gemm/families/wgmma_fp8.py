@@ -28,7 +28,9 @@ SWIZZLE_BYTES = 128
 C_BOX_ROWS = 64  # the epilogue stores C in boxes of 64 rows by one swizzle row
 FORMATS = ("e4m3", "e5m2")  # FORMAT_A / FORMAT_B values
 SCALINGS = ("tensor", "rowcol", "block")  # SCALING values
-MAX_ACC_REGS = 192  # accumulators per consumer thread, leaving room for addresses and scales under 232
+# accumulators per consumer thread, leaving room for addresses and scales under the registers a consumer
+# gets: 232 with two consumer warpgroups, 160 with three (the producer keeps 24 then)
+MAX_ACC_REGS = {1: 192, 2: 192, 3: 128}
 
 
 def smem_bytes(p, dtype: str, acc: str) -> int:
@@ -59,10 +61,10 @@ def _rule_promotion(p, dtype, acc):
     if p["SCALING"] == 2 and (not p["PROMOTE"] or p["BN"] % K_BLOCK):
         yield ConfigError("SCALING", p["SCALING"], "block scaling (SCALING = 2) needs PROMOTE = 1 and BN a "
                           "multiple of 128 (B's scale blocks)")
-    regs = p["BM"] // p["CONSUMERS"] * (p["BN"] + p["PROMOTE"] * p["WN"]) // 128
-    if regs > MAX_ACC_REGS:
-        yield ConfigError("BN", p["BN"], f"at most {MAX_ACC_REGS} accumulator registers per consumer thread: "
-                          f"BM / CONSUMERS * (BN + PROMOTE * WN) / 128 <= {MAX_ACC_REGS} (got {regs})")
+    regs, limit = p["BM"] // p["CONSUMERS"] * (p["BN"] + p["PROMOTE"] * p["WN"]) // 128, MAX_ACC_REGS[p["CONSUMERS"]]
+    if regs > limit:
+        yield ConfigError("BN", p["BN"], f"at most 192 accumulator registers per consumer thread (128 with three "
+                          f"consumers): BM / CONSUMERS * (BN + PROMOTE * WN) / 128 <= {limit} (got {regs})")
 
 
 def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda: int, ldb: int, ldc: int) -> tuple:
@@ -86,9 +88,9 @@ WGMMA_FP8 = Family(
     params=(
         Param("BM", 128, "rows of C per block, split over the consumer warpgroups", lo=64, hi=256),
         Param("BN", 256, "columns of C per block", lo=64, hi=256),
-        Param("WN", 128, "columns per wgmma instruction (its N)", choices=(64, 128, 256)),
+        Param("WN", 128, "columns per wgmma instruction (its N)", choices=(64, 128, 192, 256)),
         Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
-        Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
+        Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2, 3)),
         Param("FORMAT_A", 0, "A's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
         Param("FORMAT_B", 0, "B's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
         Param("SCALING", 0, "scales: 0 = per tensor, 1 = per row of A and column of B, 2 = 1×128 / 128×128 blocks",
