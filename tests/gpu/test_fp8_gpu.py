@@ -130,6 +130,18 @@ def test_operands_that_need_copies():
     assert check(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
 
 
+def test_plan_reads_the_operands_when_called():
+    m, n, k = 130, 260, 272
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    sa, sb = random_scales("block", m, n, k, 3)
+    run = cupy_gemm.scaled_plan(a, b, sa, sb, out_dtype="float32")
+    first = run()
+    a[...] = random_fp8((m, k), "e4m3", 4)
+    sa[...] = sa * 2
+    assert run() is first
+    assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
+
+
 def test_empty_k_gives_zeros():
     a, b = cupy.zeros((5, 0), cupy.uint8), cupy.zeros((0, 7), cupy.uint8)
     sa, sb = cupy.ones((), cupy.float32), cupy.ones((1,), cupy.float32)
