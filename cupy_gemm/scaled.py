@@ -12,9 +12,9 @@ out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where 
 - no bias, no scale_result, no use_fast_accum argument: every 128-deep K-block is added into fp32
   registers (torch's default, use_fast_accum=False); a catalogue variant with PROMOTE = 0 is the fast mode;
 - e5m2 is allowed for one operand, not both (as torch);
-- scales must be float32 CuPy arrays on the operands' device; the kernel reads block scales as
-  [K-block][blocks], so an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array with
-  M % 4 == 0 (as quantize returns it) is used in place; other block scales are copied (a small copy).
+- scales must be float32 CuPy arrays on the operands' device; block scales of a are read [K-block][M], so
+  an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array (as quantize returns it) is
+  used in place, any other is copied.
 """
 from __future__ import annotations
 
@@ -93,10 +93,8 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str) -> regi
     for v in entries:
         if v.dtype == out_dtype and all(v.params[key] == value for key, value in want.items()):
             return v
-    # the tile and pipeline of the first entry with this scaling (block scales take shared memory too)
-    base = next(v for v in entries if v.params["SCALING"] == want["SCALING"] and v.params["PROMOTE"])
     name = f"fp8gemm_wgmma_{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}"
-    return registry.make_variant(registry.family(FAMILY), name, out_dtype, {**base.params, **want})
+    return registry.make_variant(registry.family(FAMILY), name, out_dtype, {**entries[0].params, **want})
 
 
 def check_variant(variant, format_a: str, format_b: str, modes, out_dtype: str) -> tuple[registry.Variant, str]:
@@ -138,20 +136,12 @@ def _k_major(x, rows: int, k: int):
     return padded, padded.shape[1]
 
 
-def _kernel_scales(scale, mode: str):
-    """Scales in the kernel's layout: one per tensor or a vector; block scales as [K-block][blocks] rows of
-    16-byte multiples (zero-padded), which the producer copies into shared memory. An (M, K-blocks) scale_a
-    that is the transpose of a C-contiguous array with M % 4 == 0 (as quantize returns it) goes as is."""
+def _kernel_scales(scale, mode: str, operand: str):
+    """Scales in the kernel's layout: A's blocks as [K-block][M] so a K-block's row scales are adjacent."""
     import cupy
-    if mode != "block":
-        return cupy.ascontiguousarray(scale.reshape(-1))
-    rows = scale.T
-    width = -(-rows.shape[1] // 4) * 4
-    if rows.flags.c_contiguous and width == rows.shape[1] and rows.data.ptr % 16 == 0:
-        return rows
-    padded = cupy.zeros((rows.shape[0], width), dtype=np.float32)
-    padded[:, :rows.shape[1]] = rows
-    return padded
+    if mode == "block" and operand == "a":
+        return cupy.ascontiguousarray(scale.T)
+    return cupy.ascontiguousarray(scale.reshape(-1) if mode != "block" else scale)
 
 
 def _output(out, m: int, n: int, out_dtype: str, device):
@@ -214,8 +204,8 @@ def scaled_plan(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out
             else:
                 a_k, lda = _k_major(a, m, k)
                 b_k, ldb = _k_major(b.T, n, k)
-                args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, mode),
-                                          _kernel_scales(scale_b, mode), m, n, a_k.shape[1], lda, ldb, ldc)
+                args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, mode, "a"),
+                                          _kernel_scales(scale_b, mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
                 kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
             if copy_into is not None:
                 copy_into[...] = target[:, :n]

@@ -12,8 +12,7 @@ through `cupy_gemm.scaled_mm`, not matmul/gemm (abi "scaled"):
 A is (M×K) row-major and B arrives as Bᵀ, (N×K) row-major: fp8 wgmma has no transpose bit, so both
 operands are K-major, as torch._scaled_mm's "b must be column-major". SCALING selects the scales:
 0 one per tensor; 1 per row of A (M floats) and per column of B (N floats); 2 blocks: 1×128 of A stored
-[ceil(K/128)][M rounded up to 4] and 128×128 of B stored [ceil(K/128)][ceil(N/128) rounded up to 4] (rows
-of 16-byte multiples, which the producer copies into shared memory with each stage). PROMOTE = 1 adds each 128-deep
+[ceil(K/128)][M] and 128×128 of B stored [ceil(N/128)][ceil(K/128)]. PROMOTE = 1 adds each 128-deep
 K-block's tensor-core sum into separate fp32 registers (the tensor core's own fp8 accumulation keeps
 fewer bits than fp32); block scales are applied there, the others in the epilogue.
 """
@@ -36,8 +35,6 @@ MAX_ACC_REGS = {1: 192, 2: 192, 3: 128}
 
 def smem_bytes(p, dtype: str, acc: str) -> int:
     stage = (p["BM"] + p["BN"]) * K_BLOCK
-    if p["SCALING"] == 2:  # the stage's block scales: BM of A's, 16 bytes holding B's
-        stage += p["BM"] * 4 + 16
     staging = p["CONSUMERS"] * 2 * C_BOX_ROWS * SWIZZLE_BYTES  # two C boxes per consumer
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers
     return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"]

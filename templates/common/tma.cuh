@@ -55,13 +55,6 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap* map, 
                  : "memory");
 }
 
-// Copy `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte aligned) from global memory
-// into shared memory at `dst`, counting them on `bar`: no tensor map, no zero fill.
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(src)), "r"(bytes), "r"(bar) : "memory");
-}
-
 // ---- TMA stores: shared memory -> global, clipped at the tensor's edge ----------------------------
 // Ordinary stores to shared memory become visible to the copy engine only after this fence.
 __device__ __forceinline__ void fence_proxy_async_smem() {
