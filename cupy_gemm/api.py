@@ -126,6 +126,9 @@ def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
         variant = registry.lookup(variant)
     if not isinstance(variant, Variant):
         raise TypeError(f"variant must be a name, a Kernel, a Variant or None; got {type(variant).__name__}")
+    if variant.family.abi == "scaled":
+        raise DTypeError(f"variant {variant.name!r} multiplies fp8 operands with scales: call "
+                         f"cupy_gemm.scaled_mm, not matmul or gemm")
     if variant.dtype != problem.dtype.name:
         same = variants(problem.dtype.name)
         raise DTypeError(f"variant {variant.name!r} takes {variant.dtype} inputs, not {problem.dtype.name}; "

@@ -46,3 +46,8 @@ def context(variant: Variant) -> dict:
 
 def render(variant: Variant) -> str:
     return _environment().get_template(variant.family.template).render(**context(variant))
+
+
+def render_file(template: str, **values) -> str:
+    """A template that is not a GEMM family's (e.g. a helper kernel), with the given values."""
+    return _environment().get_template(template).render(**values)

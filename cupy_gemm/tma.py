@@ -20,9 +20,9 @@ TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
 MAP_DTYPE = np.dtype((np.void, TENSOR_MAP_BYTES))
 
-# CUtensorMapDataType, and element sizes, by dtype name. "tfloat32": fp32 in memory, rounded to tf32 by the
+# CUtensorMapDataType, and element sizes, by dtype name ("uint8" carries fp8 bytes). "tfloat32": fp32 in memory, rounded to tf32 by the
 # copy engine on its way to shared memory (to nearest, ties to even, measured on an H200: as cuBLAS's TF32)
-_DATA_TYPES = {"float16": (6, 2), "bfloat16": (9, 2), "float32": (7, 4), "tfloat32": (11, 4)}
+_DATA_TYPES = {"uint8": (0, 1), "float16": (6, 2), "bfloat16": (9, 2), "float32": (7, 4), "tfloat32": (11, 4)}
 _SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle by bytes
 _INTERLEAVE_NONE = 0
 _L2_PROMOTION_256B = 3  # fetch whole 256-byte L2 lines: tiles are read row by row

@@ -176,11 +176,15 @@ def test_unrunnable_candidates_fall_through(roles):
     assert any("does not run on sm_80" in note for note in decision.notes)
 
 
-def test_without_tables_or_new_kernels_the_default_is_todays():
+def test_the_shipped_candidates_route_each_kind_of_shape():
+    """With no table, a Hopper GPU's shapes go where the heuristic's rules say: decode-style products to a
+    skinny kernel, small M·N with deep K to split-K, big products to the big-tile default."""
+    hopper = Gpu("unknown GPU", 90)
     for key in dispatch.DTYPE_KEYS:
-        for cc in (80, 90):
-            for shape in ((1, 4096, 4096), (128, 4096, 11008), (512, 512, 512), (8192, 8192, 8192)):
-                assert dispatch.choose(Gpu("unknown GPU", cc), key, *shape).variant == dispatch.first_default(key, cc)
+        assert registry.lookup(dispatch.choose(hopper, key, 1, 4096, 4096).variant).family.name == "skinny"
+        assert registry.lookup(dispatch.choose(hopper, key, 4096, 8, 4096).variant).family.name == "skinny"
+        assert registry.lookup(dispatch.choose(hopper, key, 128, 4096, 11008).variant).family.split_k
+        assert dispatch.choose(hopper, key, 8192, 8192, 8192).variant == dispatch.first_default(key, 90)
         assert dispatch.first_default(key, 90) == api.DEFAULTS[key][0]
 
 

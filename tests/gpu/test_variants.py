@@ -19,8 +19,10 @@ def _runnable():
     return [n for n, v in _general().items() if v.runs_on(cc)]
 
 
-def _general():  # variants serving every shape; those for few rows are in test_skinny_gpu.py
-    return {n: v for n, v in registry.catalogue().items() if v.family.max_rows is None}
+def _general():
+    """Variants serving every shape through matmul: few-rows ones are in test_skinny_gpu.py, fp8 ones (abi
+    "scaled": they take scales and run through scaled_mm) in test_fp8_gpu.py."""
+    return {n: v for n, v in registry.catalogue().items() if v.family.max_rows is None and v.family.abi != "scaled"}
 
 
 VARIANTS = _runnable() if cupy.cuda.is_available() else list(_general())

@@ -1,0 +1,113 @@
+"""Hopper (sm_90a) FP8: e4m3/e5m2 operands with scales, TMA + wgmma m64nNk32, warp-specialised, persistent.
+
+templates/wgmma_fp8.cu.j2 computes C = (scale_a ∘ A) · (scale_b ∘ B) for fp8 A (M×K) and B (K×N) given
+as bytes, with fp32 accumulation; `dtype` names the OUTPUT (bfloat16, float16 or float32), the operand
+formats are the integer parameters FORMAT_A and FORMAT_B (0 = e4m3, 1 = e5m2). The family is reached
+through `cupy_gemm.scaled_mm`, not matmul/gemm (abi "scaled"):
+
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                const __grid_constant__ CUtensorMap map_c, const float* scale_a, const float* scale_b,
+                int M, int N, int K)
+
+A is (M×K) row-major and B arrives as Bᵀ, (N×K) row-major: fp8 wgmma has no transpose bit, so both
+operands are K-major, as torch._scaled_mm's "b must be column-major". SCALING selects the scales:
+0 one per tensor; 1 per row of A (M floats) and per column of B (N floats); 2 blocks: 1×128 of A stored
+[ceil(K/128)][M] and 128×128 of B stored [ceil(N/128)][ceil(K/128)]. PROMOTE = 1 adds each 128-deep
+K-block's tensor-core sum into separate fp32 registers (the tensor core's own fp8 accumulation keeps
+fewer bits than fp32); block scales are applied there, the others in the epilogue.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from .base import CUDA_TYPES, Family, Param, flag
+
+K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
+SWIZZLE_BYTES = 128
+C_BOX_ROWS = 64  # the epilogue stores C in boxes of 64 rows by one swizzle row
+FORMATS = ("e4m3", "e5m2")  # FORMAT_A / FORMAT_B values
+SCALINGS = ("tensor", "rowcol", "block")  # SCALING values
+# accumulators per consumer thread, leaving room for addresses and scales under the registers a consumer
+# gets: 232 with two consumer warpgroups, 160 with three (the producer keeps 24 then)
+MAX_ACC_REGS = {1: 192, 2: 192, 3: 128}
+
+
+def smem_bytes(p, dtype: str, acc: str) -> int:
+    stage = (p["BM"] + p["BN"]) * K_BLOCK
+    staging = p["CONSUMERS"] * 2 * C_BOX_ROWS * SWIZZLE_BYTES  # two C boxes per consumer
+    # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers
+    return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"]
+
+
+def _rule_tiles(p, dtype, acc):
+    if p["BM"] % (64 * p["CONSUMERS"]):
+        yield ConfigError("BM", p["BM"], f"a multiple of 64 * CONSUMERS = {64 * p['CONSUMERS']} "
+                          "(each consumer warpgroup takes whole m64 wgmma tiles)")
+    if p["BN"] % p["WN"]:
+        yield ConfigError("BN", p["BN"], f"a multiple of WN (the wgmma N) = {p['WN']}")
+
+
+def _rule_formats(p, dtype, acc):
+    if p["FORMAT_A"] and p["FORMAT_B"]:
+        yield ConfigError("FORMAT_B", p["FORMAT_B"], "0 (e4m3) when FORMAT_A is 1: at most one e5m2 operand, "
+                          "as torch._scaled_mm (two 2-bit mantissas leave products of about one significant bit)")
+
+
+def _rule_promotion(p, dtype, acc):
+    if not p["PROMOTE"] and p["WN"] != p["BN"]:
+        yield ConfigError("WN", p["WN"], f"equal to BN = {p['BN']} without PROMOTE "
+                          "(the accumulators are the wgmma's own)")
+    if p["SCALING"] == 2 and (not p["PROMOTE"] or p["BN"] % K_BLOCK):
+        yield ConfigError("SCALING", p["SCALING"], "block scaling (SCALING = 2) needs PROMOTE = 1 and BN a "
+                          "multiple of 128 (B's scale blocks)")
+    regs, limit = p["BM"] // p["CONSUMERS"] * (p["BN"] + p["PROMOTE"] * p["WN"]) // 128, MAX_ACC_REGS[p["CONSUMERS"]]
+    if regs > limit:
+        yield ConfigError("BN", p["BN"], f"at most 192 accumulator registers per consumer thread (128 with three "
+                          f"consumers): BM / CONSUMERS * (BN + PROMOTE * WN) / 128 <= {limit} (got {regs})")
+
+
+def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda: int, ldb: int, ldc: int) -> tuple:
+    """Kernel arguments for A (m×k, row stride lda), Bᵀ (n×k, row stride ldb) and C (m×n, row stride ldc),
+    all CuPy arrays already meeting the copy engine's 16-byte rules, and float32 scales laid out for
+    the variant's SCALING (see the module docstring)."""
+    from .. import tma
+    p = variant.params
+    map_a = tma.tensor_map_2d(a.data.ptr, "uint8", rows=m, cols=k, ld=lda, box_rows=p["BM"], box_cols=K_BLOCK)
+    map_b = tma.tensor_map_2d(b_t.data.ptr, "uint8", rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=K_BLOCK)
+    box_cols = SWIZZLE_BYTES // CUDA_TYPES[variant.dtype][1]
+    map_c = tma.tensor_map_2d(c.data.ptr, variant.dtype, rows=m, cols=n, ld=ldc, box_rows=C_BOX_ROWS,
+                              box_cols=box_cols)
+    return (map_a, map_b, map_c, scale_a, scale_b, np.int32(m), np.int32(n), np.int32(k))
+
+
+WGMMA_FP8 = Family(
+    name="wgmma_fp8",
+    template="wgmma_fp8.cu.j2",
+    doc="Hopper FP8 with scales: e4m3/e5m2 m64nNk32 wgmma, K-blocks promoted into fp32; dtype = output",
+    params=(
+        Param("BM", 128, "rows of C per block, split over the consumer warpgroups", lo=64, hi=256),
+        Param("BN", 256, "columns of C per block", lo=64, hi=256),
+        Param("WN", 128, "columns per wgmma instruction (its N)", choices=(64, 128, 192, 256)),
+        Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
+        Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2, 3)),
+        Param("FORMAT_A", 0, "A's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
+        Param("FORMAT_B", 0, "B's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
+        Param("SCALING", 0, "scales: 0 = per tensor, 1 = per row of A and column of B, 2 = 1×128 / 128×128 blocks",
+              choices=(0, 1, 2)),
+        flag("PROMOTE", "add each 128-deep K-block into fp32 registers (else the tensor core accumulates all of K)", 1),
+        Param("SWIZZLE", 2048, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+    ),
+    dtypes={"bfloat16": ("float32",), "float16": ("float32",), "float32": ("float32",)},
+    threads=lambda p: 128 * (p["CONSUMERS"] + 1),
+    tile=lambda p: (p["BM"], p["BN"]),
+    smem_bytes=smem_bytes,
+    rules=(_rule_tiles, _rule_formats, _rule_promotion),
+    abi="scaled",
+    min_cc=lambda p, dtype, acc: 90,
+    needs_sm90a=True,
+    persistent=1,
+    make_args=make_args,
+)
+
+FAMILIES = (WGMMA_FP8,)

@@ -1,0 +1,273 @@
+"""FP8 on CuPy arrays: scaled_mm, quantize, dequantize.
+
+fp8 operands are uint8 arrays with a format name ("e4m3" or "e5m2"). scaled_mm follows torch._scaled_mm:
+a (M×K) row-major, b (K×N) column-major (the transpose of an (N×K) C-contiguous array), float32 scales,
+out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where it differs from torch:
+
+- the scaling mode comes from the scale shapes alone: () or (1,) per tensor; (M, 1) and (1, N) per row of
+  a and column of b; (M, ceil(K/128)) and (ceil(N/128), ceil(K/128)) in 1×128 and 128×128 blocks
+  (torch 2.11 takes the block shapes only through its newer scaled_mm API);
+- any M, N >= 1 and any K: K that is not a multiple of 16 (TMA's 16-byte rows) is padded with zeros on
+  the way in, exactly; torch requires K % 16 == 0 and N % 16 == 0;
+- no bias, no scale_result, no use_fast_accum argument: every 128-deep K-block is added into fp32
+  registers (torch's default, use_fast_accum=False); a catalogue variant with PROMOTE = 0 is the fast mode;
+- e5m2 is allowed for one operand, not both (as torch);
+- scales must be float32 CuPy arrays on the operands' device; block scales of a are read [K-block][M], so
+  an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array (as quantize returns it) is
+  used in place, any other is copied.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from . import fp8, launch, registry
+from .errors import DTypeError, InputError
+from .fp8 import BLOCK, FORMAT_MAX, check_format, decode_table, quantize_layout  # noqa: F401
+from .operands import INDEX_LIMIT, require_cupy
+
+FAMILY = "wgmma_fp8"
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+SCALING_IDS = {"tensor": 0, "rowcol": 1, "block": 2}
+K_ALIGN = 16  # bytes: TMA's row stride rule, = elements for fp8
+
+
+def scale_modes(scale_a_shape, scale_b_shape, m: int, n: int, k: int) -> list[str]:
+    """The scaling modes ('tensor', 'rowcol', 'block', cheapest first) the two scale shapes fit together;
+    InputError when none. Where two fit (one K-block and one column) they mean the same products."""
+    kb, nb = -(-k // BLOCK), -(-n // BLOCK)
+    a_modes = {"tensor": tuple(scale_a_shape) in ((), (1,)), "rowcol": tuple(scale_a_shape) == (m, 1),
+               "block": tuple(scale_a_shape) == (m, kb)}
+    b_modes = {"tensor": tuple(scale_b_shape) in ((), (1,)), "rowcol": tuple(scale_b_shape) == (1, n),
+               "block": tuple(scale_b_shape) == (nb, kb)}
+    modes = [mode for mode in SCALING_IDS if a_modes[mode] and b_modes[mode]]
+    if not modes:
+        raise InputError(f"scale_a {tuple(scale_a_shape)} and scale_b {tuple(scale_b_shape)} fit no scaling mode "
+                         f"for a {m}×{k} by {k}×{n} product; expected per tensor () or (1,) for both; per row/column "
+                         f"({m}, 1) and (1, {n}); blocks ({m}, {kb}) and ({nb}, {kb}) (1×128 of a, 128×128 of b)")
+    return modes
+
+
+def check_operands(a, b, scale_a, scale_b, format_a: str, format_b: str, out_dtype: str):
+    """Every check that needs no GPU, on anything with shape/strides/dtype. Returns (M, N, K, the scaling
+    modes the scale shapes fit)."""
+    check_format(format_a, "format_a")
+    check_format(format_b, "format_b")
+    if format_a == "e5m2" and format_b == "e5m2":
+        raise InputError("e5m2 × e5m2 is not supported (as in torch._scaled_mm): make one operand e4m3")
+    if out_dtype not in OUT_DTYPES:
+        raise DTypeError(f"out_dtype must be one of {list(OUT_DTYPES)}; got {out_dtype!r}")
+    for name, x in (("a", a), ("b", b)):
+        if x.dtype != np.uint8:
+            raise DTypeError(f"{name} must hold fp8 bytes as uint8 (a torch float8 tensor: t.view(torch.uint8), "
+                             f"then cupy.from_dlpack); got {x.dtype}")
+        if x.ndim != 2:
+            raise InputError(f"{name} must be a 2-D matrix; got shape {tuple(x.shape)}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise InputError(f"inner dimensions differ: a is {m}×{k}, b is {k2}×{n}")
+    for dim, value in (("M", m), ("N", n), ("K", k)):
+        if value > INDEX_LIMIT:
+            raise InputError(f"{dim}={value} exceeds {INDEX_LIMIT}, the largest dimension the kernels index")
+    if m > 1 and k > 1 and a.strides[1] != 1:
+        raise InputError(f"a must be row-major (unit stride along K); got strides {a.strides}: "
+                         f"pass cupy.ascontiguousarray(a)")
+    if n > 1 and k > 1 and b.strides[0] != 1:
+        raise InputError(f"b must be column-major (unit stride along K), the transpose of an (N, K) C-contiguous "
+                         f"array as torch._scaled_mm wants; got strides {b.strides}: pass w.T for w of shape "
+                         f"({n}, {k}), or cupy.asfortranarray(b)")
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s.dtype != np.float32:
+            raise DTypeError(f"{name} must be float32; got {s.dtype}")
+    return m, n, k, scale_modes(scale_a.shape, scale_b.shape, m, n, k)
+
+
+@lru_cache(maxsize=None)
+def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str) -> registry.Variant:
+    """The first catalogue entry for these formats, scaling and output that promotes every K-block; else
+    the per-tensor default's tile and pipeline with them (validated like any variant)."""
+    want = {"FORMAT_A": fp8.FORMATS.index(format_a), "FORMAT_B": fp8.FORMATS.index(format_b),
+            "SCALING": SCALING_IDS[mode], "PROMOTE": 1}
+    entries = [v for v in registry.catalogue().values() if v.family.name == FAMILY]
+    for v in entries:
+        if v.dtype == out_dtype and all(v.params[key] == value for key, value in want.items()):
+            return v
+    name = f"fp8gemm_wgmma_{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}"
+    return registry.make_variant(registry.family(FAMILY), name, out_dtype, {**entries[0].params, **want})
+
+
+def check_variant(variant, format_a: str, format_b: str, modes, out_dtype: str) -> tuple[registry.Variant, str]:
+    """The variant to run and its scaling mode: the default for the cheapest mode, or the one the caller
+    named, which must be of this family and match the call."""
+    if variant is None:
+        return variant_for(format_a, format_b, modes[0], out_dtype), modes[0]
+    variant = getattr(variant, "variant", variant)  # a Kernel
+    if isinstance(variant, str):
+        variant = registry.lookup(variant)
+    if not isinstance(variant, registry.Variant) or variant.family.name != FAMILY:
+        raise InputError(f"scaled_mm runs {FAMILY} variants; got {getattr(variant, 'name', variant)!r}")
+    p = variant.params
+    mode = list(SCALING_IDS)[p["SCALING"]]
+    got = (fp8.FORMATS[p["FORMAT_A"]], fp8.FORMATS[p["FORMAT_B"]], variant.dtype)
+    if got != (format_a, format_b, out_dtype) or mode not in modes:
+        raise InputError(f"variant {variant.name!r} multiplies {got[0]} × {got[1]} with {mode} scales into "
+                         f"{got[2]}; this call is {format_a} × {format_b}, {' or '.join(modes)} scales, {out_dtype} "
+                         f"out (variant=None picks one)")
+    return variant, mode
+
+
+def _tma_ready(x, rows: int, cols: int, itemsize: int) -> int | None:
+    """Row stride (elements) when x (rows×cols, unit inner stride) can be a tensor map's matrix as is."""
+    ld = x.strides[0] // itemsize if rows > 1 else cols
+    aligned = x.data.ptr % 16 == 0 and (ld * itemsize) % 16 == 0 and ld >= cols
+    return ld if aligned and (cols == 1 or x.strides[1] == itemsize) else None
+
+
+def _k_major(x, rows: int, k: int):
+    """x (rows×k, unit stride along k) as a matrix the copy engine takes: (array, row stride), padding K to
+    a multiple of 16 with zeros (exact: zero bytes are +0 in both formats) when it must be copied."""
+    import cupy
+    ld = _tma_ready(x, rows, k, 1) if k % K_ALIGN == 0 else None
+    if ld is not None:
+        return x, ld
+    padded = cupy.zeros((rows, -(-k // K_ALIGN) * K_ALIGN), dtype=np.uint8)
+    padded[:, :k] = x
+    return padded, padded.shape[1]
+
+
+def _kernel_scales(scale, mode: str, operand: str):
+    """Scales in the kernel's layout: A's blocks as [K-block][M] so a K-block's row scales are adjacent."""
+    import cupy
+    if mode == "block" and operand == "a":
+        return cupy.ascontiguousarray(scale.T)
+    return cupy.ascontiguousarray(scale.reshape(-1) if mode != "block" else scale)
+
+
+def _output(out, m: int, n: int, out_dtype: str, device):
+    """(array the kernel writes, its row stride, array to copy it into afterwards or None)."""
+    import cupy
+    size = np.dtype(out_dtype).itemsize
+    if out is not None:
+        require_cupy(out, "out")
+        if out.shape != (m, n) or out.dtype != np.dtype(out_dtype):
+            raise InputError(f"out must be a ({m}, {n}) {out_dtype} array; got {out.shape} {out.dtype}")
+        if out.device.id != device.id:
+            raise InputError(f"out is on GPU {out.device.id}, the operands on GPU {device.id}")
+        ld = _tma_ready(out, m, n, size)
+        if ld is not None:
+            return out, ld, None
+    width = -(-n * size // 16) * 16 // size  # rows of 16-byte multiples, as TMA stores need
+    with device:
+        target = out if out is not None else cupy.empty((m, n), dtype=out_dtype)
+        if width == n and out is None:
+            return target, n, None
+        return cupy.empty((m, width), dtype=out_dtype), width, target
+
+
+def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,
+              variant=None):
+    """(scale_a ∘ a) · (scale_b ∘ b) for fp8 a (M×K uint8, row-major) and b (K×N uint8, column-major),
+    fp32 accumulation, as out_dtype. See the module docstring for the scale shapes and where this
+    differs from torch._scaled_mm. variant: a wgmma_fp8 catalogue name or Kernel, or None."""
+    return scaled_plan(a, b, scale_a, scale_b, format_a=format_a, format_b=format_b, out_dtype=out_dtype,
+                       out=out, variant=variant)()
+
+
+def scaled_plan(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,
+                variant=None):
+    """scaled_mm with every check and choice made now: calling the result runs the product (reading the
+    operands and scales as they are then) and returns the output array, the same one every call."""
+    import cupy
+    for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        require_cupy(x, name)
+    out_dtype = np.dtype(out_dtype).name
+    m, n, k, modes = check_operands(a, b, scale_a, scale_b, format_a, format_b, out_dtype)
+    devices = {x.device.id for x in (a, b, scale_a, scale_b)}
+    if len(devices) > 1:
+        raise InputError(f"a, b and the scales must be on one GPU; they are on GPUs {sorted(devices)}")
+    v, mode = check_variant(variant, format_a, format_b, modes, out_dtype)
+    device = cupy.cuda.Device(a.device.id)
+    target, ldc, copy_into = _output(out, m, n, out_dtype, device)
+    result = copy_into if copy_into is not None else target
+    if m == 0 or n == 0:
+        return lambda: result
+    if k > 0:
+        with device:
+            kernel, _ = launch.load(v, device)  # compile and load now: errors surface here
+            cfg = launch.launch_config(v, m, n, k, device.attributes["MultiProcessorCount"])
+
+    def run():
+        with device:
+            if k == 0:
+                target.fill(0)
+            else:
+                a_k, lda = _k_major(a, m, k)
+                b_k, ldb = _k_major(b.T, n, k)
+                args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, mode, "a"),
+                                          _kernel_scales(scale_b, mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
+                kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
+            if copy_into is not None:
+                copy_into[...] = target[:, :n]
+        return result
+    return run
+
+
+def quantize(x, format="e4m3", scaling="tensor"):
+    """(q, scales): x (fp32, fp16 or bf16, 2-D) as fp8 bytes in `format` with float32 scales, so that
+    dequantize(q, scales) ≈ x. scaling: "tensor", "row" (of an A), "col" (of a B), (1, 128) (A's blocks
+    along K) or (128, 128) (B's blocks); q comes in the layout scaled_mm wants for that operand."""
+    import cupy
+    require_cupy(x, "x")
+    fmt = check_format(format)
+    dtype = fp8.input_dtype_name(x.dtype)
+    column_major = x.ndim == 2 and x.flags.f_contiguous and not x.flags.c_contiguous
+    layout = quantize_layout(x.shape, scaling, column_major)
+    with cupy.cuda.Device(x.device.id):
+        work = cupy.ascontiguousarray(x.T if layout.transpose else x)
+        q = cupy.empty((layout.rows, layout.cols), dtype=np.uint8)
+        scales = cupy.ones(layout.groups, dtype=np.float32)
+        if q.size:
+            amax_kernel, quantize_kernel = fp8.load_quantize_kernels(fmt, dtype, x.device.id)
+            amax = cupy.zeros(layout.groups, dtype=np.uint32)
+            dims = (np.int32(layout.rows), np.int32(layout.cols), np.int32(layout.group_rows),
+                    np.int32(layout.group_cols))
+            segments = layout.rows * layout.groups[1]
+            amax_kernel((-(-segments * 32 // 256),), (256,), (work, amax, *dims))
+            blocks = min(-(-q.size // 256), 65535)
+            quantize_kernel((blocks,), (256,), (work, amax, scales, q, *dims))
+        scales = scales.reshape(layout.scale_shape)
+        if scaling in ((1, BLOCK), [1, BLOCK]):  # stored [K-block][M], the layout the kernel reads: no copy then
+            scales = cupy.asfortranarray(scales)
+    return (q.T if layout.transpose else q), scales
+
+
+def dequantize(q, scales, format="e4m3"):
+    """float32 values of fp8 bytes q times their scales (any shape quantize or scaled_mm takes: one per
+    tensor, per row (M, 1), per column (1, N), A's (M, ceil(K/128)) or B's (ceil(N/128), ceil(K/128)),
+    the last told apart from A's by q's column-major layout)."""
+    import cupy
+    require_cupy(q, "q")
+    require_cupy(scales, "scales")
+    if q.dtype != np.uint8 or q.ndim != 2:
+        raise DTypeError(f"q must be a 2-D uint8 array of fp8 bytes; got {q.ndim}-D {q.dtype}")
+    with cupy.cuda.Device(q.device.id):
+        values = cupy.asarray(decode_table(check_format(format)))[q]
+        return values * expand_scales(scales, q.shape, q.flags.f_contiguous and not q.flags.c_contiguous)
+
+
+def expand_scales(scales, shape, column_major: bool):
+    """scales broadcast (or repeated over their blocks) to a (R, C) matrix's shape."""
+    r, c = shape
+    s = scales.astype(np.float32)
+    if s.size == 1:
+        return s.reshape(1, 1)
+    if s.shape in ((r, 1), (1, c)):
+        return s
+    blocks_a, blocks_b = (r, -(-c // BLOCK)), (-(-c // BLOCK), -(-r // BLOCK))
+    if s.shape == blocks_b and (column_major or s.shape != blocks_a):
+        return s.T.repeat(BLOCK, axis=0).repeat(BLOCK, axis=1)[:r, :c]
+    if s.shape == blocks_a:
+        return s.repeat(BLOCK, axis=1)[:, :c]
+    raise InputError(f"scales of shape {tuple(s.shape)} do not fit a {r}×{c} matrix: expected one value, ({r}, 1), "
+                     f"(1, {c}), ({r}, {blocks_a[1]}) or, column-major, {blocks_b}")

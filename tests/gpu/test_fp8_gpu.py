@@ -1,0 +1,254 @@
+"""FP8 on a Hopper GPU: every wgmma_fp8 variant and scaling mode against a float64 product of the
+dequantized operands (ragged M and N, K tails past the 128-deep blocks, K padded to 16), outputs poisoned
+with NaN, e5m2 operands, quantize bit for bit against ml_dtypes, and torch._scaled_mm on the same bytes."""
+import cupy
+import numpy as np
+import pytest
+
+import cupy_gemm
+from cupy_gemm import fp8, registry, scaled, verify
+from cupy_gemm.errors import DTypeError
+from cupy_gemm.launch import compute_capability
+
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+HOPPER = cupy.cuda.is_available() and compute_capability(cupy.cuda.Device()) == 90
+pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a compute capability 9.0 GPU (sm_90a)")
+
+NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "wgmma_fp8"]
+MODES = list(scaled.SCALING_IDS)
+# ragged M and N around the 128×256 and 128×128 tiles; K = 128·j + 16 tails of the last K-block, K that is
+# not a multiple of 16 (padded on the way in), one K-block, a single row and column
+SHAPES = [(1, 1, 16), (17, 17, 144), (127, 127, 1040), (1000, 1000, 1000), (4095, 4095, 4112),
+          (4095, 17, 1040), (17, 4095, 272), (1000, 127, 4095), (129, 1000, 33), (256, 512, 128)]
+
+
+def random_fp8(shape, fmt, seed, *, column_major=False):
+    """Random fp8 bytes of `fmt`, uniform over the codes of magnitude at most 4 (subnormals included; products
+    stay far from fp16's range); column_major: a (K, N) matrix as the transpose of an (N, K) C-contiguous one."""
+    rng = cupy.random.default_rng(seed)
+    rows, cols = shape[::-1] if column_major else shape
+    table = fp8.decode_table(fmt)
+    codes = cupy.asarray(np.flatnonzero(np.isfinite(table) & (np.abs(table) <= 4)).astype(np.uint8))
+    q = codes[rng.integers(0, codes.size, size=(rows, cols))]
+    return q.T if column_major else q
+
+
+def random_scales(mode, m, n, k, seed):
+    """Scales in [0.25, 4) of the shapes each mode takes."""
+    rng = cupy.random.default_rng(seed)
+    kb, nb = -(-k // 128), -(-n // 128)
+    shape_a, shape_b = {"tensor": ((), (1,)), "rowcol": ((m, 1), (1, n)), "block": ((m, kb), (nb, kb))}[mode]
+    draw = lambda shape: cupy.exp2(rng.random(shape, dtype=cupy.float32) * 4 - 2).astype(cupy.float32)
+    return draw(shape_a), draw(shape_b)
+
+
+def check(out, a, b, sa, sb, fa, fb, k, out_dtype):
+    a64 = cupy_gemm.dequantize(a, sa, fa)
+    b64 = cupy_gemm.dequantize(b, sb, fb)
+    ref, scale = verify.reference(a64, b64)
+    verdict = verify.check(out, ref, scale, out_dtype, "fp8", k)
+    return verdict
+
+
+def run_case(m, n, k, *, fa="e4m3", fb="e4m3", mode="tensor", out_dtype="bfloat16", variant=None, seed=0):
+    a = random_fp8((m, k), fa, seed)
+    b = random_fp8((k, n), fb, seed + 1, column_major=True)
+    sa, sb = random_scales(mode, m, n, k, seed + 2)
+    out = cupy.full((m, n), cupy.nan, dtype=out_dtype)
+    result = cupy_gemm.scaled_mm(a, b, sa, sb, format_a=fa, format_b=fb, out_dtype=out_dtype, out=out,
+                                 variant=variant)
+    assert result is out
+    verdict = check(out, a, b, sa, sb, fa, fb, k, out_dtype)
+    assert verdict.ok, f"{variant or 'default'} {fa}×{fb} {mode} → {out_dtype} at {m}x{n}x{k}: {verdict}"
+    return verdict
+
+
+def _params_of(name):
+    v = registry.lookup(name)
+    p = v.params
+    return dict(fa=fp8.FORMATS[p["FORMAT_A"]], fb=fp8.FORMATS[p["FORMAT_B"]], mode=MODES[p["SCALING"]],
+                out_dtype=v.dtype, variant=name)
+
+
+def _skip_without_bf16(out_dtype):
+    if out_dtype == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+@pytest.mark.parametrize("name", NAMES)
+def test_catalogue_variant(name, m, n, k):
+    case = _params_of(name)
+    _skip_without_bf16(case["out_dtype"])
+    if not registry.lookup(name).params["PROMOTE"] and k > 1040:
+        pytest.skip("without promotion the tensor core's accumulation error grows faster than the fp8 bound")
+    run_case(m, n, k, seed=m + 3 * n + 7 * k, **case)
+
+
+@pytest.mark.parametrize("out_dtype", scaled.OUT_DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fa,fb", [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2")])
+def test_default_variant_for_every_mode(fa, fb, mode, out_dtype):
+    """variant=None: a catalogue entry where one matches, else one derived from the per-tensor default."""
+    _skip_without_bf16(out_dtype)
+    run_case(333, 520, 1040 + 16, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=5)
+
+
+def test_long_k_keeps_accuracy():
+    """Promotion every 128 of K: at K = 16384 the error stays within the sqrt(K) bound, fp32 output."""
+    verdict = run_case(256, 256, 16384, out_dtype="float32", seed=9)
+    assert verdict.relative_error < 2.0**-10, verdict
+
+
+def test_outputs_that_tma_cannot_store_in_place():
+    """An out row of 17 bf16 (34 bytes) and a strided out view go through a staging copy."""
+    _skip_without_bf16("bfloat16")
+    m, n, k = 200, 17, 256
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    sa, sb = random_scales("rowcol", m, n, k, 3)
+    plain = cupy_gemm.scaled_mm(a, b, sa, sb)
+    assert plain.shape == (m, n) and plain.flags.c_contiguous and plain.dtype == np.dtype("bfloat16")
+    assert check(plain, a, b, sa, sb, "e4m3", "e4m3", k, "bfloat16").ok
+    wide = cupy.full((m, 2 * n), cupy.nan, dtype="bfloat16")
+    view = wide[:, ::2]
+    assert cupy_gemm.scaled_mm(a, b, sa, sb, out=view) is view
+    assert check(view, a, b, sa, sb, "e4m3", "e4m3", k, "bfloat16").ok
+    assert cupy.isnan(wide[:, 1::2].astype(cupy.float32)).all(), "wrote outside the output view"
+
+
+def test_operands_that_need_copies():
+    """a off the 16-byte alignment the copy engine needs (copied), b sliced from a wider (N, K) array (in place)."""
+    m, n, k = 70, 90, 48
+    a = random_fp8((m, 2 * k + 3), "e4m3", 1)[:, 3:3 + k]  # base off 16 bytes, stride 83
+    b = random_fp8((2 * k, n), "e4m3", 2, column_major=True)[:k]  # (N, 2K) rows, first K
+    sa, sb = random_scales("tensor", m, n, k, 3)
+    out = cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32")
+    assert check(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
+
+
+def test_plan_reads_the_operands_when_called():
+    m, n, k = 130, 260, 272
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    sa, sb = random_scales("block", m, n, k, 3)
+    run = cupy_gemm.scaled_plan(a, b, sa, sb, out_dtype="float32")
+    first = run()
+    a[...] = random_fp8((m, k), "e4m3", 4)
+    sa[...] = sa * 2
+    assert run() is first
+    assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
+
+
+def test_empty_k_gives_zeros():
+    a, b = cupy.zeros((5, 0), cupy.uint8), cupy.zeros((0, 7), cupy.uint8)
+    sa, sb = cupy.ones((), cupy.float32), cupy.ones((1,), cupy.float32)
+    assert (cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32") == 0).all()
+
+
+def test_matmul_refuses_fp8_variants():
+    x = cupy.ones((4, 4), dtype=cupy.float32)
+    with pytest.raises(DTypeError, match="scaled_mm"):
+        cupy_gemm.matmul(x, x, variant="fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_tensor_f32")
+
+
+# ---- quantize -------------------------------------------------------------------------------------------
+
+SCALINGS = ["tensor", "row", "col", (1, 128), (128, 128)]
+
+
+def _input(shape, dtype, seed, *, column_major=False):
+    """Normal data with outliers (1% of the elements 100× larger), some groups all zero."""
+    rng = cupy.random.default_rng(seed)
+    x = rng.standard_normal(shape, dtype=cupy.float32)
+    x = cupy.where(rng.random(shape) < 0.01, x * 100, x)
+    x[: shape[0] // 7] = 0
+    x = x.astype(dtype)
+    return cupy.asfortranarray(x) if column_major else x
+
+
+def _quantize_reference(x, fmt, scaling):
+    """numpy + ml_dtypes: amax per group, scale = amax / max (1 for zero groups), RNE of x / scale."""
+    layout = fp8.quantize_layout(x.shape, scaling, x.flags.f_contiguous and not x.flags.c_contiguous)
+    work = cupy.asnumpy(x.T if layout.transpose else x).astype(np.float32)
+    gr, gc = layout.group_rows, layout.group_cols
+    rows, cols = work.shape
+    scales = np.ones(layout.groups, np.float32)
+    q = np.empty((rows, cols), np.uint8)
+    target = ml_dtypes.float8_e4m3fn if fmt == "e4m3" else ml_dtypes.float8_e5m2
+    limit = np.float32(fp8.FORMAT_MAX[fmt])
+    for i in range(layout.groups[0]):
+        for j in range(layout.groups[1]):
+            block = work[i * gr:(i + 1) * gr, j * gc:(j + 1) * gc]
+            amax = np.float32(np.abs(block).max())
+            scale = amax / limit if amax > 0 else np.float32(1)
+            scales[i, j] = scale
+            q[i * gr:(i + 1) * gr, j * gc:(j + 1) * gc] = np.clip(block / scale, -limit, limit).astype(target).view(np.uint8)
+    return (q.T if layout.transpose else q), scales.reshape(layout.scale_shape)
+
+
+@pytest.mark.skipif(ml_dtypes is None, reason="the reference rounding is ml_dtypes'")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", fp8.FORMATS)
+@pytest.mark.parametrize("scaling", SCALINGS, ids=str)
+def test_quantize_is_bit_exact(scaling, fmt, dtype):
+    x = _input((300, 520), dtype, seed=len(str(scaling)) + 7 * len(dtype))
+    q, scales = cupy_gemm.quantize(x, fmt, scaling)
+    q_ref, scales_ref = _quantize_reference(x, fmt, scaling)
+    np.testing.assert_array_equal(cupy.asnumpy(scales), scales_ref)
+    np.testing.assert_array_equal(cupy.asnumpy(q), q_ref)
+    assert q.flags.f_contiguous == (scaling in ("col", (128, 128)))  # B's layouts are column-major
+    if scaling == (1, 128):
+        assert scales.flags.f_contiguous  # [K-block][M] in memory: scaled_mm reads it in place
+
+
+@pytest.mark.skipif(ml_dtypes is None, reason="the reference rounding is ml_dtypes'")
+def test_quantize_keeps_a_column_major_input_so_for_tensor_scaling():
+    x = _input((130, 260), "float32", 3, column_major=True)
+    q, scales = cupy_gemm.quantize(x, "e4m3", "tensor")
+    q_ref, scales_ref = _quantize_reference(x, "e4m3", "tensor")
+    assert q.flags.f_contiguous and not q.flags.c_contiguous
+    np.testing.assert_array_equal(cupy.asnumpy(q), q_ref)
+    np.testing.assert_array_equal(cupy.asnumpy(scales), scales_ref)
+
+
+@pytest.mark.parametrize("scaling", SCALINGS, ids=str)
+def test_quantize_round_trip_and_product(scaling):
+    """dequantize(quantize(x)) is x to e4m3's precision, and scaled_mm of quantized operands is their product."""
+    a_mode = scaling if scaling in ("tensor", "row", (1, 128)) else {"col": "row", (128, 128): (1, 128)}[scaling]
+    b_mode = {"row": "col", (1, 128): (128, 128)}.get(scaling, scaling)
+    m, n, k = 300, 260, 1040
+    x, w = _input((m, k), "float32", 1), _input((k, n), "float32", 2, column_major=True)  # B kept column-major
+    qa, sa = cupy_gemm.quantize(x, "e4m3", a_mode)
+    qb, sb = cupy_gemm.quantize(w, "e4m3", b_mode)
+    for orig, q, s in ((x, qa, sa), (w, qb, sb)):
+        back = cupy_gemm.dequantize(q, s, "e4m3")
+        assert float(cupy.abs(back - orig).max()) <= 2.0**-4 * float(cupy.abs(orig).max())
+    out = cupy_gemm.scaled_mm(qa, qb, sa, sb, out_dtype="float32")
+    assert check(out, qa, qb, sa, sb, "e4m3", "e4m3", k, "float32").ok
+
+
+# ---- torch._scaled_mm on the same bytes ------------------------------------------------------------------
+
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1000, 2048, 1040), (16, 4096, 7168)])
+def test_matches_torch_scaled_mm(m, n, k):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not hasattr(torch, "_scaled_mm"):
+        pytest.skip("needs PyTorch with CUDA and torch._scaled_mm")
+    _skip_without_bf16("bfloat16")
+    a = random_fp8((m, k), "e4m3", 11)
+    b = random_fp8((k, n), "e4m3", 12, column_major=True)
+    sa, sb = cupy.asarray([0.5], cupy.float32), cupy.asarray([0.25], cupy.float32)
+    ours = cupy_gemm.scaled_mm(a, b, sa, sb)
+    a_t = torch.from_dlpack(a).view(torch.float8_e4m3fn)
+    b_t = torch.from_dlpack(b.T).view(torch.float8_e4m3fn).t()  # (N, K) contiguous, seen as column-major (K, N)
+    theirs_t = torch._scaled_mm(a_t, b_t, scale_a=torch.from_dlpack(sa).reshape(()),
+                                scale_b=torch.from_dlpack(sb).reshape(()), out_dtype=torch.bfloat16)
+    theirs = cupy.from_dlpack(theirs_t.contiguous())
+    for result in (ours, theirs):
+        assert check(result, a, b, sa, sb, "e4m3", "e4m3", k, "bfloat16").ok
+    diff = cupy.abs(ours.astype(cupy.float32) - theirs.astype(cupy.float32))
+    size = cupy.abs(theirs.astype(cupy.float32)) + 1e-30
+    assert float(cupy.median(diff / size)) <= 2.0**-8  # most elements equal or one bf16 ulp apart

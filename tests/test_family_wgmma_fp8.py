@@ -1,0 +1,111 @@
+"""The FP8 Hopper family on the CPU: rules and their static_asserts, shared memory, the rendered wgmma,
+and GPU-free sm_90a compiles of variants the API derives (the catalogue's own are in test_compile)."""
+import pytest
+
+from cupy_gemm import scaled
+from cupy_gemm.compile import compile_variant
+from cupy_gemm.errors import ConfigError, DeviceError
+from cupy_gemm.registry import catalogue, family, make_variant
+from cupy_gemm.render import render
+from family_rules import check_rule, check_template_refuses, template_text
+
+FP8 = family("wgmma_fp8")
+NAMES = [n for n, v in catalogue().items() if v.family is FP8]
+FLAGSHIP = "fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_tensor_bf16"
+BASE = dict(catalogue()[FLAGSHIP].params)
+TEMPLATE = template_text("wgmma_fp8.cu.j2")
+
+
+def test_family_declares_hopper_and_scaled_abi():
+    assert FP8.needs_sm90a and FP8.abi == "scaled" and FP8.persistent == 1 and FP8.make_args is not None
+    assert set(FP8.dtypes) == {"bfloat16", "float16", "float32"}  # the output dtype
+    assert FP8.threads(BASE) == 128 * (BASE["CONSUMERS"] + 1)
+
+
+def test_catalogue_covers_every_scaling_and_output():
+    params = [catalogue()[n].params for n in NAMES]
+    assert {p["SCALING"] for p in params} == {0, 1, 2}
+    assert {catalogue()[n].dtype for n in NAMES} == {"bfloat16", "float16", "float32"}
+    assert {(p["BM"], p["BN"]) for p in params} >= {(128, 256), (128, 128)}
+    assert any(p["FORMAT_B"] == 1 for p in params) and any(p["PROMOTE"] == 0 for p in params)
+
+
+@pytest.mark.parametrize("params,param,words", [
+    ({"BM": 64, "CONSUMERS": 2}, "BM", "a multiple of 64 * CONSUMERS"),
+    ({"BN": 192, "WN": 128}, "BN", "a multiple of WN"),
+    ({"PROMOTE": 0, "WN": 128}, "WN", "without PROMOTE"),
+    ({"SCALING": 2, "PROMOTE": 0, "WN": 256}, "SCALING", "block scaling (SCALING = 2) needs PROMOTE = 1"),
+    ({"SCALING": 2, "BN": 192, "WN": 64}, "SCALING", "BN a multiple of 128"),
+    ({"WN": 256}, "BN", "at most 192 accumulator registers per consumer thread"),
+    ({"BM": 192, "CONSUMERS": 3, "STAGES": 2}, "BN", "(128 with three consumers)"),  # 64 × (256 + 128) / 128
+    ({"FORMAT_A": 1, "FORMAT_B": 1}, "FORMAT_B", "at most one e5m2 operand"),
+])
+def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, words):
+    check_rule(FP8, "bfloat16", {**BASE, **params}, param, words, TEMPLATE)
+
+
+@pytest.mark.parametrize("params,param", [
+    ({"STAGES": 5}, "smem"),             # 5 × 48 KB + staging > 227 KB
+    ({"WN": 96}, "WN"),                  # not an instruction N the family offers
+    ({"SCALING": 3}, "SCALING"),
+    ({"FORMAT_A": 2}, "FORMAT_A"),
+    ({"CONSUMERS": 4}, "CONSUMERS"),
+])
+def test_parameter_limits(params, param):
+    with pytest.raises(ConfigError) as e:
+        make_variant(FP8, "bad", "bfloat16", {**BASE, **params})
+    assert e.value.param == param
+
+
+@pytest.mark.parametrize("params,words", [
+    ({"FORMAT_A": 1, "FORMAT_B": 1}, "at most one e5m2 operand"),
+    ({"SCALING": 2, "PROMOTE": 0, "WN": 256}, "block scaling (SCALING = 2) needs PROMOTE = 1"),
+])
+def test_template_refuses_what_the_rules_refuse(params, words):
+    check_template_refuses(FP8, "bfloat16", "float32", {**BASE, **params}, words, arch="sm_90a")
+
+
+def test_smem_accounts_for_ring_staging_and_alignment():
+    stage = (128 + 256) * 128
+    assert FP8.smem_bytes(BASE, "bfloat16", "float32") == 4 * stage + 2 * 2 * 64 * 128 + 1024 + 16 * 4
+    assert FP8.smem_bytes(BASE, "float32", "float32") == FP8.smem_bytes(BASE, "bfloat16", "float32")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_renders_the_fp8_instruction(name):
+    v = catalogue()[name]
+    p = v.params
+    src = render(v)
+    fa, fb = ("e4m3", "e5m2")[p["FORMAT_A"]], ("e4m3", "e5m2")[p["FORMAT_B"]]
+    assert f"wgmma.mma_async.sync.aligned.m64n{p['WN']}k32.f32.{fa}.{fb}" in src
+    assert '"},\\n %' in src and "p, 1, 1;\\n}" in src  # no transpose immediates: both operands K-major
+    assert "cp.async.bulk.tensor.2d" in src and "cp.async.bulk.tensor.2d.global.shared::cta" in src
+    assert "__launch_bounds__(THREADS, 1)" in src and "{{" not in src and "{%" not in src
+
+
+def test_default_variants_for_every_call_validate():
+    """variant=None: every format pair, scaling and output gets a valid variant, from the catalogue
+    where one matches."""
+    for fa, fb in (("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2")):
+        for mode in scaled.SCALING_IDS:
+            for out in scaled.OUT_DTYPES:
+                v = scaled.variant_for(fa, fb, mode, out)
+                assert v.family is FP8 and v.dtype == out and v.params["PROMOTE"] == 1
+                assert (v.params["FORMAT_A"], v.params["FORMAT_B"]) == (fa == "e5m2", fb == "e5m2")
+                assert v.params["SCALING"] == scaled.SCALING_IDS[mode]
+    assert scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16").name == FLAGSHIP
+    assert scaled.variant_for("e4m3", "e4m3", "block", "bfloat16").name == \
+        "fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_block_bf16"
+
+
+def test_a_derived_variant_compiles_without_spills():
+    v = scaled.variant_for("e5m2", "e4m3", "block", "float16")
+    assert ".e5m2.e4m3" in render(v)
+    res = compile_variant(v, "sm_90a").resources
+    assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), res
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_refuses_targets_without_wgmma(arch):
+    with pytest.raises(DeviceError, match="sm_90a|sm_90 or newer"):
+        compile_variant(catalogue()[FLAGSHIP], arch)

@@ -1,0 +1,184 @@
+"""scaled_mm, quantize and dequantize without a GPU: input checks, scaling modes, variant choice, the
+quantise layouts, the fp8 decode, and the quantise kernel's NVRTC compile."""
+import numpy as np
+import pytest
+
+import cupy_gemm
+from cupy_gemm import fp8, scaled, toolkit
+from cupy_gemm.errors import DTypeError, InputError
+
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+M, N, K = 300, 200, 1040  # 9 K-blocks, 2 N-blocks
+
+
+def operands(m=M, n=N, k=K, *, b_col_major=True, dtype=np.uint8):
+    """NumPy stand-ins with the layouts scaled_mm checks (the checks read only shape, strides, dtype)."""
+    a = np.zeros((m, k), dtype)
+    b = np.zeros((n, k), dtype).T if b_col_major else np.zeros((k, n), dtype)
+    return a, b
+
+
+def scales(shape_a, shape_b, dtype=np.float32):
+    return np.ones(shape_a, dtype), np.ones(shape_b, dtype)
+
+
+@pytest.mark.parametrize("shape_a,shape_b,modes", [
+    ((), (), ["tensor"]),
+    ((1,), (), ["tensor"]),
+    ((M, 1), (1, N), ["rowcol"]),
+    ((M, 9), (2, 9), ["block"]),
+    ((1, 1), (1, 1), ["rowcol", "block"]),  # M = N = 1, K <= 128: one scale per row, one per column
+])
+def test_scale_modes_from_shapes(shape_a, shape_b, modes):
+    m, n, k = (1, 1, 100) if shape_a == (1, 1) else (M, N, K)
+    assert scaled.scale_modes(shape_a, shape_b, m, n, k) == modes
+
+
+@pytest.mark.parametrize("shape_a,shape_b", [((M, 1), ()), ((M, 8), (2, 9)), ((1, M), (N, 1)), ((M, 9), (9, 2))])
+def test_mismatched_scale_shapes_say_what_fits(shape_a, shape_b):
+    with pytest.raises(InputError, match=rf"blocks \({M}, 9\) and \(2, 9\)"):
+        scaled.scale_modes(shape_a, shape_b, M, N, K)
+
+
+def _check(a=None, b=None, sa=None, sb=None, fa="e4m3", fb="e4m3", out="bfloat16"):
+    a0, b0 = operands()
+    sa0, sb0 = scales((), ())
+    return scaled.check_operands(a0 if a is None else a, b0 if b is None else b, sa0 if sa is None else sa,
+                                 sb0 if sb is None else sb, fa, fb, out)
+
+
+def test_valid_call_passes():
+    assert _check() == (M, N, K, ["tensor"])
+
+
+@pytest.mark.parametrize("kwargs,error,words", [
+    (dict(fa="e4m3fn"), InputError, "format_a must be one of"),
+    (dict(fb="fp8"), InputError, "format_b must be one of"),
+    (dict(fa="e5m2", fb="e5m2"), InputError, "e5m2 × e5m2 is not supported"),
+    (dict(out="float64"), DTypeError, "out_dtype must be one of"),
+    (dict(a=np.zeros((M, K), np.int8)), DTypeError, r"t.view\(torch.uint8\)"),
+    (dict(b=operands(dtype=np.float16)[1]), DTypeError, "b must hold fp8 bytes as uint8"),
+    (dict(a=np.zeros((2, M, K), np.uint8)), InputError, "a must be a 2-D matrix"),
+    (dict(b=operands(k=K + 16)[1]), InputError, "inner dimensions differ"),
+    (dict(a=np.zeros((K, M), np.uint8).T), InputError, "a must be row-major"),
+    (dict(b=operands(b_col_major=False)[1]), InputError, "b must be column-major"),
+    (dict(sa=np.ones((), np.float64)), DTypeError, "scale_a must be float32"),
+    (dict(sb=np.ones((1,), np.float16)), DTypeError, "scale_b must be float32"),
+    (dict(sa=np.ones((M, 1), np.float32)), InputError, "fit no scaling mode"),
+])
+def test_bad_input_is_refused_before_launch(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        _check(**kwargs)
+
+
+def test_single_rows_and_columns_take_any_stride():
+    a = np.zeros((1, 2 * K), np.uint8)[:, ::2]  # one row with a stride of 2 along K: the API copies it
+    b = np.zeros((1, K), np.uint8).T  # one column
+    assert _check(a=a, b=b) == (1, 1, K, ["tensor"])
+
+
+def test_numpy_operands_say_how_to_convert():
+    a, b = operands()
+    sa, sb = scales((), ())
+    with pytest.raises(DTypeError, match=r"cupy.asarray\(a\)"):
+        cupy_gemm.scaled_mm(a, b, sa, sb)
+    with pytest.raises(DTypeError, match=r"cupy.asarray\(x\)"):
+        cupy_gemm.quantize(np.zeros((4, 4), np.float32))
+
+
+def test_named_variant_must_match_the_call():
+    name = "fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_block_bf16"
+    v, mode = scaled.check_variant(name, "e4m3", "e4m3", ["block"], "bfloat16")
+    assert v.name == name and mode == "block"
+    v, mode = scaled.check_variant(name, "e4m3", "e4m3", ["rowcol", "block"], "bfloat16")
+    assert mode == "block"  # scales that fit both modes run in the named variant's
+    for args in ((["tensor"], "bfloat16"), (["block"], "float32")):
+        with pytest.raises(InputError, match="variant=None picks one"):
+            scaled.check_variant(name, "e4m3", "e4m3", *args)
+    with pytest.raises(InputError, match="e4m3 × e4m3"):
+        scaled.check_variant(name, "e5m2", "e4m3", ["block"], "bfloat16")
+    with pytest.raises(InputError, match="scaled_mm runs wgmma_fp8 variants"):
+        scaled.check_variant("hgemm_wgmma_m64n256k16_stages4_ws2", "e4m3", "e4m3", ["tensor"], "bfloat16")
+    v, mode = scaled.check_variant(None, "e4m3", "e4m3", ["rowcol", "block"], "float32")
+    assert mode == "rowcol" and v.params["SCALING"] == 1 and v.dtype == "float32"
+
+
+# ---- quantize's host side ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scaling,column_major,expected", [
+    ("tensor", False, (False, 300, 520, 300, 520, (1,))),
+    ("tensor", True, (True, 520, 300, 520, 300, (1,))),         # a column-major input stays so
+    ("row", False, (False, 300, 520, 1, 520, (300, 1))),
+    ((1, 128), False, (False, 300, 520, 1, 128, (300, 5))),
+    ([1, 128], True, (False, 300, 520, 1, 128, (300, 5))),      # A's layouts are row-major whatever came in
+    ("col", False, (True, 520, 300, 1, 300, (1, 520))),         # B (K×N): per column n, worked on as Bᵀ
+    ((128, 128), False, (True, 520, 300, 128, 128, (5, 3))),    # scales [N-block][K-block]
+])
+def test_quantize_layout(scaling, column_major, expected):
+    layout = fp8.quantize_layout((300, 520), scaling, column_major)
+    got = (layout.transpose, layout.rows, layout.cols, layout.group_rows, layout.group_cols, layout.scale_shape)
+    assert got == expected
+    assert layout.groups[0] * layout.groups[1] == int(np.prod(layout.scale_shape))
+
+
+@pytest.mark.parametrize("bad", ["column", (128, 1), (1, 64), 128, None])
+def test_quantize_refuses_unknown_scalings(bad):
+    with pytest.raises(InputError, match="scaling must be one of"):
+        fp8.quantize_layout((4, 4), bad)
+
+
+def test_quantize_checks_dtype_and_format():
+    with pytest.raises(DTypeError, match="quantize takes float32, float16, bfloat16"):
+        fp8.input_dtype_name(np.float64)
+    with pytest.raises(InputError, match="format must be one of"):
+        fp8.quantize_source("e3m4", "float32")
+    with pytest.raises(InputError, match="2-D"):
+        fp8.quantize_layout((4, 4, 4), "tensor")
+
+
+@pytest.mark.parametrize("dtype", fp8.INPUT_DTYPES)
+@pytest.mark.parametrize("fmt", fp8.FORMATS)
+def test_quantize_kernels_compile(fmt, dtype):
+    lib = toolkit.nvrtc()
+    source = fp8.quantize_source(fmt, dtype)
+    assert f"FORMAT_MAX = {fp8.FORMAT_MAX[fmt]}f" in source
+    prog = lib.createProgram(source, "fp8_quantize.cu", (), ())
+    try:
+        lib.compileProgram(prog, ["-arch=sm_90", *fp8.compile_options()])
+        assert lib.getCUBIN(prog)
+    finally:
+        lib.destroyProgram(prog)
+
+
+# ---- the formats ---------------------------------------------------------------------------------------
+
+def test_decode_table_landmarks():
+    e4m3, e5m2 = fp8.decode_table("e4m3"), fp8.decode_table("e5m2")
+    assert e4m3[0x7E] == 448 and e4m3[0xFE] == -448 and np.isnan(e4m3[0x7F]) and np.isnan(e4m3[0xFF])
+    assert e4m3[0x01] == 2.0**-9 and e4m3[0x08] == 2.0**-6 and e4m3[0x38] == 1 and e4m3[0x80] == 0
+    assert np.isfinite(e4m3).sum() == 254  # no infinities in e4m3
+    assert e5m2[0x7B] == 57344 and e5m2[0x7C] == np.inf and e5m2[0xFC] == -np.inf and np.isnan(e5m2[0x7D])
+    assert e5m2[0x01] == 2.0**-16 and e5m2[0x3C] == 1 and np.isfinite(e5m2).sum() == 248
+
+
+@pytest.mark.skipif(ml_dtypes is None, reason="needs ml_dtypes")
+def test_decode_table_matches_ml_dtypes():
+    for fmt, kind in (("e4m3", ml_dtypes.float8_e4m3fn), ("e5m2", ml_dtypes.float8_e5m2)):
+        expected = np.arange(256, dtype=np.uint8).view(kind).astype(np.float32)
+        np.testing.assert_array_equal(fp8.decode_table(fmt), expected)
+
+
+def test_expand_scales_to_blocks():
+    a_blocks = np.arange(6, dtype=np.float32).reshape(3, 2)  # A (3×200): 1×128 blocks
+    full = scaled.expand_scales(a_blocks, (3, 200), column_major=False)
+    assert full.shape == (3, 200) and full[2, 127] == 4 and full[2, 128] == 5
+    b_blocks = np.arange(6, dtype=np.float32).reshape(3, 2)  # B (200×300), [N-block][K-block]
+    full = scaled.expand_scales(b_blocks, (200, 300), column_major=True)
+    assert full.shape == (200, 300) and full[127, 255] == 2 and full[128, 256] == 5 and full[0, 299] == 4
+    assert scaled.expand_scales(np.ones((3, 1), np.float32), (3, 7), False).shape == (3, 1)
+    with pytest.raises(InputError, match="do not fit a 3×200 matrix"):
+        scaled.expand_scales(np.ones((2, 2), np.float32), (3, 200), False)
