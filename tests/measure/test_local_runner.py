@@ -28,7 +28,9 @@ def test_compile_only_records_resources():
 
 
 def test_compile_timeout_is_recorded_and_sweep_goes_on(monkeypatch):
-    pts = space.points(FAMILY, {"BM": [8, 16], "BN": [16], "BK": [4]}, "float32")
+    # parameters no other test compiles (PAD=5): a compile pool started earlier does not see the variable
+    # below, and its workers could find these kernels in a cache
+    pts = space.points(FAMILY, {"BM": [8, 16], "BN": [16], "BK": [4], "PAD": [5]}, "float32")
     monkeypatch.setenv("CUPY_GEMM_DISK_CACHE", "0")  # real compiles in the workers, never a cache hit
     result = sweep.compile_only(pts, "sm_80", compile_workers=2, compile_timeout=0.01)
     assert [r.status for r in result.records] == ["compile_failed", "compile_failed"]
