@@ -45,6 +45,11 @@ def flag(name: str, doc: str, default: int = 0) -> Param:
     return Param(name, default, doc, choices=(0, 1))
 
 
+def block_swizzle_param(default: int = 0) -> Param:
+    """SWIZZLE: the order of blocks over C (templates/common/tile_index.cuh), the same in every family."""
+    return Param("SWIZZLE", default, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16)
+
+
 def split_k_param(default: int = 0) -> Param:
     """SPLIT_K of a family with split_k=True: how many blocks share a C tile along K."""
     return Param("SPLIT_K", default, "blocks sharing one C tile along K (fp32 partials, fixed summation order); "

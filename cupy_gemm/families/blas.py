@@ -9,7 +9,7 @@ predicated and every store guarded, so any shape and any beta are exact.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Family, Param, flag
+from .base import Family, Param, block_swizzle_param, flag
 
 _STATIC_SMEM_LIMIT = 48 * 1024
 
@@ -87,7 +87,7 @@ BLAS = Family(
         flag("WALK", "the global-memory K loop walks pointers by their strides (BK=0)"),
         flag("DBUF", "two shared buffers used in turn, one barrier per K slice (VEC=4)"),
         Param("UNROLL", 4, "unroll factor of the innermost k loop", lo=1, hi=64),
-        Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(),
     ),
     dtypes={"float32": ("float32",)},
     threads=_threads,

@@ -7,7 +7,7 @@ accumulate type is the variant's `acc`: seed-named entries accumulate in half li
 """
 from __future__ import annotations
 
-from .base import Family, Param, divides, flag
+from .base import Family, Param, block_swizzle_param, divides, flag
 from ..errors import ConfigError
 
 _TILE = (2, 4, 8, 16)
@@ -70,7 +70,7 @@ HGEMM_SIMT = Family(
         Param("VEC", 8, "halves per global load (64 or 128 bits)", choices=(4, 8)),
         Param("PAD", 0, "padding elements per shared-memory row (with 0, transposed A is XOR-swizzled instead)",
               lo=0, hi=64),
-        Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(),
         flag("PACK", "half2 arithmetic (HFMA2, fp16 accumulation)", 1),
         flag("BCF", "A transposed in shared memory: one vector read per k instead of TM scalar reads", 1),
         flag("DBUF", "double-buffered shared memory: loads of the next slice overlap the math", 1),

@@ -11,7 +11,7 @@ caller's float32 inputs are never modified.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import ACC_TYPES, CUDA_TYPES, Family, Param, flag
+from .base import ACC_TYPES, CUDA_TYPES, Family, Param, block_swizzle_param, flag
 
 # float16 accumulates in float32 by default; float16 accumulation serves the seed-named kernels.
 _DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("tf32",)}
@@ -111,7 +111,7 @@ MMA = Family(
         flag("SMEM_SWIZZLE", "XOR-swizzle 16-byte chunks of shared-memory rows instead of padding"),
         flag("RBUF", "double-buffer fragments in registers across the k steps of a tile"),
         flag("B_X4", "ldmatrix.x4.trans loads two n8 tiles of B at once (else .x2.trans, one)"),
-        Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(),
         Param("MIN_BLOCKS", 1, "blocks per SM promised to the compiler (__launch_bounds__), capping registers",
               lo=1, hi=4),
     ),

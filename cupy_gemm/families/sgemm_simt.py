@@ -9,7 +9,7 @@ the launcher choose per shape, for the small tiles that serve small and skinny p
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Family, Param, flag, split_k_param
+from .base import Family, Param, block_swizzle_param, flag, split_k_param
 
 
 def _threads(p) -> int:
@@ -70,7 +70,7 @@ SGEMM_SIMT = Family(
         Param("TN", 8, "columns of C per thread, in float4 groups BN/(TN/4) apart", lo=4, hi=32),
         Param("PAD", 0, "floats appended to each shared-memory row (the seed's OFFSET)", lo=0, hi=32),
         Param("MINB", 1, "blocks per SM the register budget must allow (__launch_bounds__ minimum)", lo=1, hi=8),
-        Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(),
         flag("BCF", "store A transposed in shared memory so fragments are float4 reads (bank-conflict free)"),
         flag("DBUF", "double-buffer shared memory, one barrier per K slice"),
         flag("ASYNC", "cp.async global->shared copies (sm_80+); needs DBUF"),

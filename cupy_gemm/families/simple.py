@@ -1,10 +1,10 @@
 """The two first steps of the zoo: the naive kernel and shared-memory sliced-K, for every dtype."""
 from __future__ import annotations
 
-from .base import Family, Param
+from .base import Family, Param, block_swizzle_param
 
 _DTYPES = {"float32": ("float32",), "float16": ("float16", "float32"), "bfloat16": ("float32",)}
-_SWIZZLE = Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16)
+_SWIZZLE = block_swizzle_param()
 
 NAIVE = Family(
     name="naive",

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import CUDA_TYPES, Family, Param, flag, split_k_param
+from .base import CUDA_TYPES, Family, Param, block_swizzle_param, flag, split_k_param
 
 SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
 C_BOX_ROWS = 64  # the epilogue stages and stores C in boxes of 64 rows (one m64 tile) by one swizzle row
@@ -95,7 +95,7 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
         Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
         flag("TMA_STORE", "epilogue through shared memory and TMA stores (beta = 0; else direct stores)", 1),
-        Param("SWIZZLE", 2048, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(2048),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
     )
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import CUDA_TYPES, Family, Param, flag
+from .base import CUDA_TYPES, Family, Param, block_swizzle_param, flag
 
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128
@@ -96,7 +96,7 @@ WGMMA_FP8 = Family(
         Param("SCALING", 0, "scales: 0 = per tensor, 1 = per row of A and column of B, 2 = 1×128 / 128×128 blocks",
               choices=(0, 1, 2)),
         flag("PROMOTE", "add each 128-deep K-block into fp32 registers (else the tensor core accumulates all of K)", 1),
-        Param("SWIZZLE", 2048, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(2048),
     ),
     dtypes={"bfloat16": ("float32",), "float16": ("float32",), "float32": ("float32",)},
     threads=lambda p: 128 * (p["CONSUMERS"] + 1),

@@ -11,7 +11,7 @@ tf32 rounds fp32 operands inside the fragments: the caller's inputs are never mo
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import ACC_TYPES, CUDA_TYPES, Family, Param, flag
+from .base import ACC_TYPES, CUDA_TYPES, Family, Param, block_swizzle_param, flag
 
 # float16 accumulates in float32 unless asked (the seed-named entries accumulate in float16, as the seed)
 _DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("tf32",)}
@@ -129,7 +129,7 @@ WMMA = Family(
         flag("ASYNC", "stage tiles with cp.async (else plain 16-byte loads)", default=1),
         flag("DSMEM", "dynamic shared memory (needed beyond 48 KB)"),
         flag("RBUF", "double-buffer operand fragments in registers across the k-steps of a stage"),
-        Param("SWIZZLE", 0, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(),
     ),
     dtypes=_DTYPES,
     threads=threads,
