@@ -72,6 +72,17 @@ class Problem:
     device_id: int
 
 
+def matrix_sizes(a, b) -> tuple[int, int, int]:
+    """(m, n, k) of a @ b for 2-D a and b: inner dimensions that agree, each small enough to index."""
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise InputError(f"inner dimensions differ: a is {m}×{k}, b is {k2}×{n}")
+    for dim, value in (("M", m), ("N", n), ("K", k)):
+        if value > INDEX_LIMIT:
+            raise InputError(f"{dim}={value} exceeds {INDEX_LIMIT}, the largest dimension the kernels index")
+    return m, n, k
+
+
 def check(a, b, c, out, beta: float) -> Problem:
     """Every check that needs no variant. Raises before anything launches."""
     a, b = require_cupy(a, "a"), require_cupy(b, "b")
@@ -81,12 +92,7 @@ def check(a, b, c, out, beta: float) -> Problem:
     if a.dtype != b.dtype:
         raise DTypeError(f"a and b must have the same dtype; got {a.dtype} and {b.dtype} "
                          f"(convert one with .astype)")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise InputError(f"inner dimensions differ: a is {m}×{k}, b is {k2}×{n}")
-    for dim, value in (("M", m), ("N", n), ("K", k)):
-        if value > INDEX_LIMIT:
-            raise InputError(f"{dim}={value} exceeds {INDEX_LIMIT}, the largest dimension the kernels index")
+    m, n, k = matrix_sizes(a, b)
     if a.device.id != b.device.id:
         raise DeviceError(f"a is on GPU {a.device.id} and b on GPU {b.device.id}; move one with cupy.asarray "
                           f"inside `with cupy.cuda.Device(i):`")

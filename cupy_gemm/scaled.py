@@ -22,10 +22,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import fp8, launch, registry
+from . import fp8, launch, operands, registry
 from .errors import DTypeError, InputError
 from .fp8 import BLOCK, FORMAT_MAX, check_format, decode_table, quantize_layout  # noqa: F401
-from .operands import INDEX_LIMIT, require_cupy
+from .operands import require_cupy
 
 FAMILY = "wgmma_fp8"
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -64,12 +64,7 @@ def check_operands(a, b, scale_a, scale_b, format_a: str, format_b: str, out_dty
                              f"then cupy.from_dlpack); got {x.dtype}")
         if x.ndim != 2:
             raise InputError(f"{name} must be a 2-D matrix; got shape {tuple(x.shape)}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise InputError(f"inner dimensions differ: a is {m}×{k}, b is {k2}×{n}")
-    for dim, value in (("M", m), ("N", n), ("K", k)):
-        if value > INDEX_LIMIT:
-            raise InputError(f"{dim}={value} exceeds {INDEX_LIMIT}, the largest dimension the kernels index")
+    m, n, k = operands.matrix_sizes(a, b)
     if m > 1 and k > 1 and a.strides[1] != 1:
         raise InputError(f"a must be row-major (unit stride along K); got strides {a.strides}: "
                          f"pass cupy.ascontiguousarray(a)")
