@@ -5,7 +5,7 @@ import numpy as np
 
 from . import compile as _compile
 from . import config, launch, operands, registry
-from .errors import DTypeError, UnknownVariantError
+from .errors import ConfigError, DeviceError, DTypeError, InputError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
 
@@ -25,7 +25,12 @@ DEFAULTS = {
                 "hgemm_wmma_m16n16k16_mma4x2_warp2x4_stages3_dsmem_acc32", "hgemm_sliced_k_f16_acc32"),
     "bfloat16": ("bgemm_wgmma_m64n256k16_stages4_ws2", "bgemm_mma_m16n8k16_mma2x4_warp4x8x4_stages3_swizzle_acc32",
                  "bgemm_sliced_k_bf16"),
+    # precision="3xtf32" only (never a default): fp32 split into two tf32 parts, three tensor-core products
+    "3xtf32": ("sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2",),
 }
+# float32's `precision` argument -> the DEFAULTS key it selects, which is also the `acc` of the variants
+# listed there; None keeps the rule above (CUPY_TF32)
+PRECISIONS = {"fp32": "float32", "tf32": "tf32", "3xtf32": "3xtf32"}
 
 
 class Kernel:
@@ -96,10 +101,25 @@ def render(name_or_family: str, dtype: str | None = None, acc: str | None = None
     return _render_variant(variant)
 
 
-def default_variant(dtype, cc: int | None = None) -> str:
-    """The dtype's default variant for a GPU of compute capability cc (the current GPU when None)."""
+def defaults_key(dtype: str, precision: str | None = None) -> str:
+    """The DEFAULTS entry for inputs of `dtype` computed at `precision` ("fp32", "tf32", "3xtf32", or None
+    for the dtype's own rule). Raises before anything launches when the pair makes no sense."""
+    if precision is not None:
+        if not isinstance(precision, str) or precision not in PRECISIONS:
+            raise ConfigError("precision", precision, f"one of {', '.join(map(repr, PRECISIONS))} or None "
+                              f"(the default: exact fp32, or TF32 with CUPY_TF32=1)")
+        if dtype != "float32":
+            raise DTypeError(f"precision={precision!r} applies to float32 inputs only; got {dtype} (leave "
+                             f"precision=None: {dtype} runs on tensor cores with float32 accumulation)")
+        return PRECISIONS[precision]
+    return "tf32" if dtype == "float32" and config.allow_tf32() else dtype
+
+
+def default_variant(dtype, cc: int | None = None, precision: str | None = None) -> str:
+    """The dtype's default variant at `precision` (see defaults_key) for a GPU of compute capability cc
+    (the current GPU when None)."""
     name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
-    key = "tf32" if name == "float32" and config.allow_tf32() else name
+    key = defaults_key(name, precision)
     if key not in DEFAULTS:
         raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
     if cc is None:
@@ -110,6 +130,9 @@ def default_variant(dtype, cc: int | None = None) -> str:
         v = cat.get(candidate)
         if v is not None and _runs_on(v, cc):
             return candidate
+    if precision == "3xtf32":
+        raise DeviceError(f"precision='3xtf32' needs a Hopper GPU (compute capability 9.0, sm_90a: wgmma); "
+                          f"this one is {cc // 10}.{cc % 10}. Use precision='fp32' for exact fp32")
     raise DTypeError(f"no variant in the catalogue serves {name} on compute capability {cc}")
 
 
@@ -118,8 +141,11 @@ def _runs_on(v: Variant, cc: int) -> bool:
     return cc >= fam.min_cc(v.params, v.dtype, v.acc) and (not fam.needs_sm90a or cc == 90)
 
 
-def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
+def _resolve_variant(variant, problem: operands.Problem, precision: str | None = None) -> Variant | str:
     import cupy
+    if precision is not None and variant not in (None, AUTO):
+        raise InputError(f"give either variant= or precision=, not both (got variant={variant!r}, "
+                         f"precision={precision!r}): a variant fixes its own precision")
     if isinstance(variant, Kernel):
         variant = variant.variant
     if variant is None or variant == AUTO:
@@ -127,9 +153,10 @@ def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
         name = None
         if variant == AUTO:
             from . import tuning
-            name = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
+            acc = None if precision is None else PRECISIONS[precision]
+            name = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, acc, "row",
                                          problem.m, problem.n, problem.k)
-        variant = name or default_variant(problem.dtype, cc)
+        variant = name or default_variant(problem.dtype, cc, precision)
     if isinstance(variant, str):
         if variant == CUBLAS:
             return CUBLAS
@@ -148,10 +175,12 @@ class Plan:
     """A checked call with everything decided: calling it launches (and copies where a layout needs it).
     Timing a plan measures the kernel plus only the copies that call really needs."""
 
-    def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
+    def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None):
         import cupy
         self.problem = operands.check(a, b, c, out, beta)
-        self.variant = _resolve_variant(variant, self.problem)
+        if precision is not None:
+            defaults_key(self.problem.dtype.name, precision)  # a bad precision raises before anything else
+        self.variant = _resolve_variant(variant, self.problem, precision)
         self.device = cupy.cuda.Device(self.problem.device_id)
         m, n = self.problem.m, self.problem.n
         if out is None:
@@ -208,17 +237,19 @@ def _cublas(a, b, out, alpha, beta):
     return out
 
 
-def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None) -> Plan:
-    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out)
+def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None) -> Plan:
+    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out, precision=precision)
 
 
-def matmul(a, b, *, variant=None, out=None):
+def matmul(a, b, *, variant=None, out=None, precision=None):
     """a @ b for 2-D CuPy arrays, like cupy.matmul. variant: a catalogue name, "cublas", "auto", a
-    Kernel, or None for the dtype's default."""
-    return Plan(a, b, variant=variant, out=out)()
+    Kernel, or None for the dtype's default. precision (float32 inputs, with variant None or "auto"):
+    "fp32" exact on CUDA cores, "tf32" TF32 tensor cores, "3xtf32" about fp32 accuracy on tensor cores
+    (Hopper); None: "fp32", or "tf32" with CUPY_TF32=1."""
+    return Plan(a, b, variant=variant, out=out, precision=precision)()
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None):
     """BLAS semantics: alpha·a·b + beta·c. The result goes to `out` (c itself for an in-place update,
-    out=c), or to a new array; c is read only when beta != 0."""
-    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out)()
+    out=c), or to a new array; c is read only when beta != 0. precision: as for matmul."""
+    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out, precision=precision)()

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
-                 "tf32": 2.0**-24}
+                 "tf32": 2.0**-24, "3xtf32": 2.0**-24}
 TF32_INPUT_ROUNDOFF = 2.0**-11
+# 3xTF32 holds each input as big + small to about 2^-22 of its size and drops small·small (2^-22 of a
+# product); the tensor cores' truncation adds a few units of 2^-24 per product sum
+INPUT_ROUNDOFF = {"tf32": TF32_INPUT_ROUNDOFF, "3xtf32": 2.0**-21}
 SAFETY = 10.0
 
 
@@ -53,7 +56,7 @@ def reference(a, b, c=None, alpha=1.0, beta=0.0):
 
 def bound_factor(dtype: str, acc: str, k: int) -> float:
     u_out = UNIT_ROUNDOFF[dtype]
-    u_in = TF32_INPUT_ROUNDOFF if acc == "tf32" else 0.0
+    u_in = INPUT_ROUNDOFF.get(acc, 0.0)
     return SAFETY * (u_out + u_in + UNIT_ROUNDOFF[acc] * np.sqrt(max(k, 1)))
 
 
