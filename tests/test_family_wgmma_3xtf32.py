@@ -42,8 +42,9 @@ def test_catalogue_entries_are_3xtf32_and_the_default_is_one():
 BROKEN = [
     ({"BM": 64, "CONSUMERS": 2}, "BM", "a multiple of 64 * CONSUMERS"),
     ({"BN": 80}, "BN", "a multiple of one 128-byte swizzle row (64 16-bit or 32 fp32 elements)"),
-    ({"BN": 256, "PROMOTE": 1, "STAGES": 2}, "BN", "at most 128 fp32 accumulator registers per consumer thread"),
-    ({"BM": 256, "BN": 128, "PROMOTE": 1, "STAGES": 2}, "BN", "at most 128 fp32 accumulator registers"),
+    ({"BN": 256, "PROMOTE": 1, "STAGES": 2}, "BN", "at most 224 registers of accumulators and A fragments"),
+    ({"BM": 256, "BN": 128, "PROMOTE": 1, "STAGES": 2}, "BN", "at most 224 registers of accumulators"),
+    ({"BM": 256, "BN": 192, "PROMOTE": 0, "STAGES": 2}, "BN", "at most 224 registers of accumulators"),
 ]
 
 

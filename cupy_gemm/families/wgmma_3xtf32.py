@@ -34,10 +34,12 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
 
 
 def _rule_registers(p, dtype, acc):
-    per_thread = p["BM"] // p["CONSUMERS"] * p["BN"] // 128 * (1 + p["PROMOTE"])
-    if per_thread > 128:
-        yield ConfigError("BN", p["BN"], "at most 128 fp32 accumulator registers per consumer thread: "
-                          f"BM / CONSUMERS * BN / 128 * (1 + PROMOTE) <= 128 (got {per_thread})")
+    wm = p["BM"] // p["CONSUMERS"]
+    per_thread = wm * p["BN"] // 128 * (1 + p["PROMOTE"]) + wm * p["BK"] // 64
+    if per_thread > 224:
+        yield ConfigError("BN", p["BN"], "at most 224 registers of accumulators and A fragments per consumer "
+                          "thread: BM / CONSUMERS * (BN / 128 * (1 + PROMOTE) + BK / 64) <= 224 "
+                          f"(got {per_thread})")
 
 
 WGMMA_3XTF32 = Family(
