@@ -5,7 +5,7 @@ import numpy as np
 
 from . import compile as _compile
 from . import devices, dispatch, launch, operands, prepared, registry, tuning
-from .errors import DeviceError, DTypeError, UnknownVariantError
+from .errors import ConfigError, DeviceError, DTypeError, InputError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
 
@@ -17,6 +17,9 @@ AUTO = "auto"
 # dispatch table nor another heuristic rule claims (cupy_gemm/dispatch.py). float32 stays exact (CUDA
 # cores) unless CUPY_TF32=1, as with cupy.matmul; float16 and bfloat16 accumulate in float32.
 DEFAULTS = dispatch.candidates()["default"]
+# float32's `precision` argument -> the dispatch key it selects (kernels/dispatch/candidates.toml), which
+# is also the `acc` of the tensor-core variants listed there; None keeps the rule above (CUPY_TF32)
+PRECISIONS = {"fp32": "float32", "tf32": "tf32", "3xtf32": "3xtf32"}
 
 
 class Kernel:
@@ -87,12 +90,34 @@ def render(name_or_family: str, dtype: str | None = None, acc: str | None = None
     return _render_variant(variant)
 
 
-def default_variant(dtype, cc: int | None = None) -> str:
-    """The dtype's big-tile default on a GPU of compute capability cc (the current GPU when None), whatever
-    the shape; `matmul(variant=None)` refines it per shape (dispatch.explain says how)."""
-    key = dispatch.dtype_key(dtype if isinstance(dtype, str) else np.dtype(dtype).name)
+def defaults_key(dtype: str, precision: str | None = None) -> str:
+    """The dispatch key for inputs of `dtype` computed at `precision` ("fp32", "tf32", "3xtf32", or None
+    for the dtype's own rule). Raises before anything launches when the pair makes no sense."""
+    if precision is None:
+        return dispatch.dtype_key(dtype)
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ConfigError("precision", precision, f"one of {', '.join(map(repr, PRECISIONS))} or None "
+                          f"(the default: exact fp32, or TF32 with CUPY_TF32=1)")
+    if dtype != "float32":
+        raise DTypeError(f"precision={precision!r} applies to float32 inputs only; got {dtype} (leave "
+                         f"precision=None: {dtype} runs on tensor cores with float32 accumulation)")
+    return PRECISIONS[precision]
+
+
+def _check_3xtf32(key: str, cc: int) -> None:
+    if key == "3xtf32" and cc != 90:
+        raise DeviceError(f"precision='3xtf32' needs a Hopper GPU (compute capability 9.0, sm_90a: wgmma); "
+                          f"this one is {cc // 10}.{cc % 10}. Use precision='fp32' for exact fp32")
+
+
+def default_variant(dtype, cc: int | None = None, precision: str | None = None) -> str:
+    """The dtype's big-tile default at `precision` (see defaults_key) on a GPU of compute capability cc
+    (the current GPU when None), whatever the shape; `matmul(variant=None)` refines it per shape
+    (dispatch.explain says how)."""
+    key = defaults_key(dtype if isinstance(dtype, str) else np.dtype(dtype).name, precision)
     if cc is None:
         cc = _current_cc("pass cc= (e.g. 90 for an H100) to choose without one")
+    _check_3xtf32(key, cc)
     return dispatch.first_default(key, cc)
 
 
@@ -105,21 +130,30 @@ def _current_cc(way_out: str) -> int:
         raise DeviceError(f"no CUDA GPU found ({devices.cuda_reason(e)}); {way_out}") from None
 
 
-def _tuned_variant(problem: operands.Problem) -> Variant | None:
+def _tuned_variant(problem: operands.Problem, acc: str | None = None) -> Variant | None:
     """The user's tuning database's answer for this problem (variant="auto"), or None."""
     import cupy
-    return tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, None, "row",
+    return tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, acc, "row",
                                  problem.m, problem.n, problem.k)
 
 
-def _resolve_variant(variant, problem: operands.Problem) -> Variant | str:
+def _one_of(variant, precision) -> None:
+    """A precision chooses among defaults: with a fixed variant it would mean nothing."""
+    if precision is not None and variant is not None and not (isinstance(variant, str) and variant == AUTO):
+        raise InputError(f"give either variant= or precision=, not both (got variant={variant!r}, "
+                         f"precision={precision!r}): a variant fixes its own precision")
+
+
+def _resolve_variant(variant, problem: operands.Problem, precision: str | None = None) -> Variant | str:
+    key = defaults_key(problem.dtype.name, precision)
     if isinstance(variant, Kernel):
         variant = variant.variant
     if isinstance(variant, str) and variant == AUTO:
-        variant = _tuned_variant(problem)
+        variant = _tuned_variant(problem, None if precision is None else PRECISIONS[precision])
     if variant is None:
         gpu = dispatch.gpu_of(problem.device_id)
-        variant = dispatch.choose(gpu, dispatch.dtype_key(problem.dtype.name), problem.m, problem.n, problem.k).variant
+        _check_3xtf32(key, gpu.cc)
+        variant = dispatch.choose(gpu, key, problem.m, problem.n, problem.k).variant
     if isinstance(variant, str):
         if variant == CUBLAS:
             return CUBLAS
@@ -141,9 +175,10 @@ class Plan:
     """A checked call with everything decided: calling it launches (and copies where a layout needs it).
     Timing a plan measures the kernel plus only the copies that call really needs."""
 
-    def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
+    def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None):
+        _one_of(variant, precision)
         self.problem = operands.check(a, b, c, out, beta)
-        self.variant = _resolve_variant(variant, self.problem)
+        self.variant = _resolve_variant(variant, self.problem, precision)
         self.device = prepared.device_of(self.problem.device_id)
         if out is None:
             with self.device:
@@ -162,31 +197,35 @@ class Plan:
             return self._prepared.run(self.a, self.b, self.c, self.out)
 
 
-def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None) -> Plan:
-    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out)
+def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None) -> Plan:
+    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out, precision=precision)
 
 
-def _given(variant, a, b, c, out, beta):
+def _given(variant, a, b, c, out, beta, precision=None):
     """A variant argument as the cache of prepared launches takes it: None, a name or a Variant."""
     if isinstance(variant, Kernel):
         return variant.variant
     if isinstance(variant, str) and variant == AUTO:
         # the tuning database may change between calls: ask it every time (it memoises), cache the rest
-        return _tuned_variant(operands.check(a, b, c, out, beta))
+        return _tuned_variant(operands.check(a, b, c, out, beta), None if precision is None else PRECISIONS.get(precision))
     return variant
 
 
-def matmul(a, b, *, variant=None, out=None):
+def matmul(a, b, *, variant=None, out=None, precision=None):
     """a @ b for 2-D CuPy arrays, like cupy.matmul. variant: a catalogue name, "cublas", "auto", a
-    Kernel, or None for the default chosen per GPU and shape (cupy_gemm.dispatch)."""
+    Kernel, or None for the default chosen per GPU and shape (cupy_gemm.dispatch). precision (float32
+    inputs, with variant None or "auto"): "fp32" exact on CUDA cores, "tf32" TF32 tensor cores, "3xtf32"
+    about fp32 accuracy on tensor cores (Hopper); None: "fp32", or "tf32" with CUPY_TF32=1."""
     if variant is not None:
-        variant = _given(variant, a, b, None, out, 0.0)
-    return prepared.call(a, b, None, out, 1.0, 0.0, variant, _resolve_variant)
+        _one_of(variant, precision)
+        variant = _given(variant, a, b, None, out, 0.0, precision)
+    return prepared.call(a, b, None, out, 1.0, 0.0, variant, _resolve_variant, precision)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None):
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None):
     """BLAS semantics: alpha·a·b + beta·c. The result goes to `out` (c itself for an in-place update,
-    out=c), or to a new array; c is read only when beta != 0."""
+    out=c), or to a new array; c is read only when beta != 0. precision: as for matmul."""
     if variant is not None:
-        variant = _given(variant, a, b, c, out, beta)
-    return prepared.call(a, b, c, out, alpha, beta, variant, _resolve_variant)
+        _one_of(variant, precision)
+        variant = _given(variant, a, b, c, out, beta, precision)
+    return prepared.call(a, b, c, out, alpha, beta, variant, _resolve_variant, precision)

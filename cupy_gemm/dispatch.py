@@ -34,7 +34,7 @@ except ModuleNotFoundError:  # Python 3.10
 SKINNY_MAX = 16  # M or N at most this: too few rows to reuse B from shared memory, so B's bytes bound it
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
-DTYPE_KEYS = ("float32", "tf32", "float16", "bfloat16")
+DTYPE_KEYS = ("float32", "tf32", "3xtf32", "float16", "bfloat16")
 ROLES = ("default", "skinny", "split_k", "small_tile")
 
 
@@ -57,7 +57,7 @@ def dtype_key(dtype) -> str:
     """float32 becomes tf32 under CUPY_TF32=1, as cupy.matmul's own switch does."""
     name = dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
     key = "tf32" if name == "float32" and config.allow_tf32() else name
-    if key not in DTYPE_KEYS:
+    if key not in DTYPE_KEYS or key == "3xtf32":
         raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
     return key
 
@@ -78,9 +78,10 @@ def why_not(name: str, key: str, cc: int) -> str | None:
     v = registry.catalogue().get(name)
     if v is None:
         return "not in the catalogue"
-    # tf32 may fall back to exact float32 (GPUs without TF32 do, as cupy.matmul), never the other way round
-    dtype = "float32" if key == "tf32" else key
-    if v.dtype != dtype or v.acc == "float16" or (v.acc == "tf32" and key != "tf32"):
+    # tf32 and 3xtf32 may fall back to exact float32 (GPUs without TF32 do, as cupy.matmul), never the
+    # other way round
+    dtype = "float32" if key in ("tf32", "3xtf32") else key
+    if v.dtype != dtype or v.acc == "float16" or (v.acc in ("tf32", "3xtf32") and v.acc != key):
         return f"computes {v.dtype}/{v.acc}, not {key} with float32 accumulation"
     if not v.runs_on(cc):
         return f"does not run on sm_{cc}"

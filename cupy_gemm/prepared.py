@@ -104,11 +104,11 @@ def cublas(a, b, out, alpha, beta):
     return out
 
 
-def call(a, b, c, out, alpha, beta, variant, decide):
+def call(a, b, c, out, alpha, beta, variant, decide, precision=None):
     """alpha·a·b + beta·c into out (allocated when None). variant: None, a name or a Variant;
-    decide(variant, problem) -> Variant or "cublas" runs on a miss only."""
+    decide(variant, problem, precision) -> Variant or "cublas" runs on a miss only."""
     alpha, beta = float(alpha), float(beta)
-    key = _key(a, b, c, out, alpha, beta, variant)
+    key = _key(a, b, c, out, alpha, beta, variant, precision)
     entry = _entries.get(key) if key is not None else None
     if entry is not None:
         try:
@@ -121,7 +121,8 @@ def call(a, b, c, out, alpha, beta, variant, decide):
             out = allocate((entry.m, entry.n), a.dtype)
         return entry.run(a, b, c, out)
     problem = operands.check(a, b, c, out, beta)
-    entry = Prepared(decide(variant, problem), problem, device_of(problem.device_id), alpha, beta, c is not None)
+    entry = Prepared(decide(variant, problem, precision), problem, device_of(problem.device_id), alpha, beta,
+                     c is not None)
     with entry.device:
         if out is None:
             out = allocate((problem.m, problem.n), problem.dtype)
@@ -136,7 +137,7 @@ def call(a, b, c, out, alpha, beta, variant, decide):
     return result
 
 
-def _key(a, b, c, out, alpha, beta, variant):
+def _key(a, b, c, out, alpha, beta, variant, precision=None):
     """The call's key, or None when it is not cached: operands that are not plain CuPy arrays (the full
     check then raises the right error), or a current device other than the operands' (the launch
     switches devices, whose streams the key does not see)."""
@@ -166,7 +167,7 @@ def _key(a, b, c, out, alpha, beta, variant):
     # CUPY_TF32 only changes the default for float32; reading the environment costs a microsecond
     tf32 = token is None and dtype.char == "f" and config.allow_tf32()
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
-            b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32)
+            b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32, precision)
 
 
 def clear() -> None:

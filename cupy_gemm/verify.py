@@ -17,8 +17,11 @@ import numpy as np
 # "fp8": fp8 products summed by the tensor core, which keeps about 14 bits while it adds (DeepSeek-V3's
 # measurement); the wgmma_fp8 kernels add each 128-deep K-block into fp32 registers
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
-                 "tf32": 2.0**-24, "fp8": 2.0**-13}
+                 "tf32": 2.0**-24, "3xtf32": 2.0**-24, "fp8": 2.0**-13}
 TF32_INPUT_ROUNDOFF = 2.0**-11
+# 3xTF32 holds each input as big + small to about 2^-22 of its size and drops small·small (2^-22 of a
+# product); the tensor cores' truncation adds a few units of 2^-24 per product sum
+INPUT_ROUNDOFF = {"tf32": TF32_INPUT_ROUNDOFF, "3xtf32": 2.0**-21}
 SMALLEST_SUBNORMAL = {"float64": 2.0**-1074, "float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
 SAFETY = 10.0
 
@@ -58,7 +61,7 @@ def reference(a, b, c=None, alpha=1.0, beta=0.0):
 
 def bound_factor(dtype: str, acc: str, k: int) -> float:
     u_out = UNIT_ROUNDOFF[dtype]
-    u_in = TF32_INPUT_ROUNDOFF if acc == "tf32" else 0.0
+    u_in = INPUT_ROUNDOFF.get(acc, 0.0)
     return SAFETY * (u_out + u_in + UNIT_ROUNDOFF[acc] * np.sqrt(max(k, 1)))
 
 

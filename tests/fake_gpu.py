@@ -53,9 +53,9 @@ class FakeGpu:
             self.resolutions += 1
             return real_resolve(*args, **kw)
 
-        def decide(variant, problem):
+        def decide(variant, problem, precision=None):
             self.decisions += 1
-            return real_decide(variant, problem)
+            return real_decide(variant, problem, precision)
         monkeypatch.setattr(operands, "resolve", resolve)
         monkeypatch.setattr(api, "_resolve_variant", decide)
         monkeypatch.delenv("CUPY_TF32", raising=False)

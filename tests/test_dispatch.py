@@ -180,12 +180,15 @@ def test_the_shipped_candidates_route_each_kind_of_shape():
     """With no table, a Hopper GPU's shapes go where the heuristic's rules say: decode-style products to a
     skinny kernel, small M·N with deep K to split-K, big products to the big-tile default."""
     hopper = Gpu("unknown GPU", 90)
-    for key in dispatch.DTYPE_KEYS:
+    for key in ("float32", "tf32", "float16", "bfloat16"):
         assert registry.lookup(dispatch.choose(hopper, key, 1, 4096, 4096).variant).family.name == "skinny"
         assert registry.lookup(dispatch.choose(hopper, key, 4096, 8, 4096).variant).family.name == "skinny"
         assert registry.lookup(dispatch.choose(hopper, key, 128, 4096, 11008).variant).family.split_k
         assert dispatch.choose(hopper, key, 8192, 8192, 8192).variant == dispatch.first_default(key, 90)
         assert dispatch.first_default(key, 90) == api.DEFAULTS[key][0]
+    # 3xTF32 (precision="3xtf32" only) has no split-K kernel: its big-tile entry, or exact fp32 for decode
+    assert registry.lookup(dispatch.choose(hopper, "3xtf32", 128, 4096, 11008).variant).acc == "3xtf32"
+    assert registry.lookup(dispatch.choose(hopper, "3xtf32", 1, 4096, 4096).variant).family.name == "skinny"
 
 
 def test_the_shipped_candidates_are_well_formed():

@@ -14,8 +14,9 @@ from ..errors import ConfigError
 
 # dtype name -> (CUDA type, bytes). A template never receives text from a user: only these names.
 CUDA_TYPES = {"float32": ("float", 4), "float16": ("half", 2), "bfloat16": ("__nv_bfloat16", 2)}
-# accumulate/compute names; "tf32" means fp32 operands rounded to tf32 on the tensor cores.
-ACC_TYPES = {"float32": "float", "float16": "half", "tf32": "float"}
+# accumulate/compute names; "tf32" means fp32 operands rounded to tf32 on the tensor cores, "3xtf32" fp32
+# operands split into two tf32 parts each, three tensor-core products summed in fp32.
+ACC_TYPES = {"float32": "float", "float16": "half", "tf32": "float", "3xtf32": "float"}
 # the largest opt-in dynamic shared memory of any supported GPU (sm_90); the launcher checks the device's own
 MAX_DYNAMIC_SMEM = 227 * 1024
 

@@ -30,7 +30,7 @@ class TuneResult:
 def _default_for(dtype: str, acc: str, cc: int) -> str | None:
     """The variant matmul would use by default for this dtype and accumulate type on compute capability cc."""
     cat = registry.catalogue()
-    for name in DEFAULTS.get("tf32" if acc == "tf32" else dtype, ()):
+    for name in DEFAULTS.get(acc if acc in ("tf32", "3xtf32") else dtype, ()):
         v = cat.get(name)
         if v is not None and v.acc == acc and v.runs_on(cc):
             return name

@@ -1,0 +1,39 @@
+// ---- 3xTF32: an fp32 value as the sum of two tf32 values -----------------------------------------
+// x = big + small with big = tf32(x) and small = tf32(x - big). x - big is exact in fp32 (it is the
+// low 13 bits of x's significand), and rounding it to tf32 keeps 11 of those bits, so big + small holds
+// x to about 2^-22 of its size: big·big + big·small + small·big misses only small·small (2^-22 of the
+// product) and the rounding of small. Both parts are fp32 bit patterns whose 13 low mantissa bits are
+// zero, which the tensor cores read exactly as tf32.
+// Rounding is to nearest, ties away from zero, as cvt.rna.tf32.f32, but in two integer instructions
+// (add half a tf32 ulp to the magnitude bits, clear the 13 low bits): the split runs on every element of
+// every stage, and integer adds and logic issue at a higher rate than conversions. Overflow gives inf as
+// cvt does; inf and NaN inputs come out as NaN through small (inf - inf, NaN - x).
+__device__ __forceinline__ unsigned round_tf32(float x) {
+    return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+}
+
+__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
+    big = round_tf32(x);
+    small = round_tf32(x - __uint_as_float(big));
+}
+
+// Splits 16 bytes of fp32 in shared memory at `src`: the big parts go back to `src`, the small parts to
+// `small_dst` (same offset in the small buffer, so both keep the layout, swizzle included, TMA wrote).
+__device__ __forceinline__ void split_tf32_smem16(unsigned src, unsigned small_dst) {
+    float x[4];
+    asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%4];\n"
+                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(src) : "memory");
+    unsigned big[4], small[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_tf32(x[i], big[i], small[i]);
+    asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
+                 :: "r"(src), "r"(big[0]), "r"(big[1]), "r"(big[2]), "r"(big[3]) : "memory");
+    asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
+                 :: "r"(small_dst), "r"(small[0]), "r"(small[1]), "r"(small[2]), "r"(small[3]) : "memory");
+}
+
+__device__ __forceinline__ float ld_shared_f32(unsigned addr) {
+    float x;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(addr) : "memory");
+    return x;
+}
