@@ -73,15 +73,6 @@ def contenders(n):
         if v.family.name == "wgmma_3xtf32":
             calls[f"{name}, kernel"] = cupy_gemm.plan(a, b_col, variant=name, out=out)
     calls[f"{api.DEFAULTS['3xtf32'][0]}, row-major B"] = cupy_gemm.plan(a, b, precision="3xtf32", out=out)
-    # what the per-stage partial costs: the 256×128 entry accumulating across K in the tensor cores
-    fam = registry.family("wgmma_3xtf32")
-    big = registry.lookup("sgemm_wgmma_3xtf32_m64n128k8_tile256x128_stages3_ws2")
-    tcacc = registry.make_variant(fam, "tile256x128_stages3_PROMOTE0", "float32", {**big.params, "PROMOTE": 0})
-    calls["tile256x128_stages3 with PROMOTE=0 (not in the catalogue), kernel"] = \
-        cupy_gemm.plan(a, b_col, variant=tcacc, out=out)
-    for base in (registry.lookup(api.DEFAULTS["3xtf32"][0]), big):  # consumers started out of step
-        staggered = registry.make_variant(fam, f"{base.name}_stagger", "float32", {**base.params, "STAGGER": 1})
-        calls[f"{base.name} with STAGGER=1, kernel"] = cupy_gemm.plan(a, b_col, variant=staggered, out=out)
     return calls
 
 

@@ -34,14 +34,12 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
 
 
 def _rule_registers(p, dtype, acc):
-    """Accumulators, the partial tile of one m64 tile (PROMOTE) and the A fragments in flight: the tiles
-    whose fragments are live at once (one with PROMOTE, which waits per m64 tile; all otherwise) × BK."""
     wm = p["BM"] // p["CONSUMERS"]
-    per_thread = wm * p["BN"] // 128 + p["PROMOTE"] * p["BN"] // 2 + (1 if p["PROMOTE"] else wm // 64) * p["BK"]
+    per_thread = wm * p["BN"] // 128 * (1 + p["PROMOTE"]) + wm * p["BK"] // 64
     if per_thread > 224:
-        yield ConfigError("BN", p["BN"], "at most 224 registers of accumulators, partial tile and A fragments "
-                          "per consumer thread: BM / CONSUMERS * BN / 128 + PROMOTE * BN / 2 + "
-                          f"(PROMOTE ? 1 : BM / CONSUMERS / 64) * BK <= 224 (got {per_thread})")
+        yield ConfigError("BN", p["BN"], "at most 224 registers of accumulators and A fragments per consumer "
+                          "thread: BM / CONSUMERS * (BN / 128 * (1 + PROMOTE) + BK / 64) <= 224 "
+                          f"(got {per_thread})")
 
 
 WGMMA_3XTF32 = Family(
@@ -58,7 +56,6 @@ WGMMA_3XTF32 = Family(
         Param("SWIZZLE", 2048, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
         flag("PROMOTE", "each stage's products summed in a zeroed partial tile, then added in fp32 "
              "(round to nearest) instead of accumulated by the tensor cores (round toward zero)", 1),
-        flag("STAGGER", "the second consumer warpgroup starts one MMA group after the first (PROMOTE = 1)"),
     ),
     dtypes={"float32": ("3xtf32",)},
     b_layout="col",

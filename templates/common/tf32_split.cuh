@@ -4,12 +4,11 @@
 // x to about 2^-22 of its size: big·big + big·small + small·big misses only small·small (2^-22 of the
 // product) and the rounding of small. Both parts are fp32 bit patterns whose 13 low mantissa bits are
 // zero, which the tensor cores read exactly as tf32.
-// Rounding is to nearest, ties away from zero, as cvt.rna.tf32.f32, but in two integer instructions
-// (add half a tf32 ulp to the magnitude bits, clear the 13 low bits): the split runs on every element of
-// every stage, and integer adds and logic issue at a higher rate than conversions. Overflow gives inf as
-// cvt does; inf and NaN inputs come out as NaN through small (inf - inf, NaN - x).
+// cvt.rna rounds to nearest, ties away from zero; inf and NaN inputs come out as NaN (small = inf - inf).
 __device__ __forceinline__ unsigned round_tf32(float x) {
-    return (__float_as_uint(x) + 0x1000u) & 0xFFFFE000u;
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
 }
 
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
