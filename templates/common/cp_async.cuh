@@ -1,8 +1,5 @@
 // ---- cp.async (sm_80+): global -> shared copies that bypass registers ------------------------------
 // A false predicate copies nothing and zero-fills the destination (src-size 0): edge tiles load zeros.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 template <int BYTES>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool pred) {

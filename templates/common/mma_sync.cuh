@@ -1,5 +1,5 @@
 // ---- warp-level tensor-core PTX (sm_80+): ldmatrix and mma.sync ------------------------------------
-// Shared-memory addresses are 32-bit (smem_addr from cp_async.cuh): the .shared state space.
+// Shared-memory addresses are 32-bit (smem_addr, from the prelude): the .shared state space.
 //
 // ldmatrix.m8n8 loads 8x8 matrices of 16-bit elements: lanes 8j..8j+7 give the addresses of the eight
 // 16-byte rows of matrix j; every lane receives one 32-bit register per matrix, holding row lane/4,

@@ -24,6 +24,12 @@ template <> __device__ __forceinline__ float from_float<float>(float x) { return
 template <> __device__ __forceinline__ half from_float<half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// The 32-bit .shared address of a pointer into shared memory (what cp.async, ldmatrix, mbarriers, TMA and
+// wgmma descriptors take).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
 template <typename T> __device__ __forceinline__ T zero() { return from_float<T>(0.f); }
 
 // acc += a * b in the accumulator's precision

@@ -5,10 +5,6 @@
 struct __align__(64) TensorMap { unsigned long long opaque[16]; };
 static_assert(sizeof(TensorMap) == 128, "a CUtensorMap is 128 bytes");
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
 // One barrier = 8 bytes of shared memory; `count` arrivals complete a phase (plus any expected bytes).
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");

@@ -1,5 +1,5 @@
 // ---- WMMA fragments to and from shared memory, with the state space spelled out -----------------
-// Needs <mma.h> and common/cp_async.cuh (smem_addr). mma.h loads bf16 and tf32 fragments (and stores
+// Needs <mma.h> (smem_addr comes from the prelude). mma.h loads bf16 and tf32 fragments (and stores
 // the tf32 accumulator) through generic addresses that NVVM does not narrow to shared memory, as it
 // does for f16: a bf16 fragment then costs one generic load per element instead of one ldmatrix, a
 // tf32 one generic loads instead of shared loads. These overloads issue the same PTX wmma.load /
