@@ -15,7 +15,8 @@ import argparse
 import cupy
 
 import cupy_gemm
-from cupy_gemm import api, launch, registry, sweep, timing, verify
+from cupy_gemm import api, launch, registry, verify
+from cupy_gemm.measure import baselines, shapes, timing
 
 SHAPES = "16x4096x4096,64x4096x4096,4096x128x4096,128x4096x11008,512x512x512,4096x4096x4096"
 PRECISIONS = {"float16": ("float16", "float32"), "bfloat16": ("bfloat16", "float32"),
@@ -76,10 +77,10 @@ def main() -> None:
     for precision in args.dtypes.split(","):
         dtype, acc = PRECISIONS[precision]
         default = default_for(precision, cc)
-        for m, n, k in (sweep.parse_shape(s) for s in args.shapes.split(",")):
+        for m, n, k in (shapes.parse_shape(s) for s in args.shapes.split(",")):
             ops = rotated_operands(m, n, k, dtype, l2)
             launches = args.launches if m * n * k < 2**33 else max(2, args.launches // 10)
-            base = per_call_us([timing.cublas_call(a, b, out, acc) for a, b, out in ops], launches)
+            base = per_call_us([baselines.cublas_call(a, b, out, acc) for a, b, out in ops], launches)
             old = per_call_us([cupy_gemm.plan(a, b, variant=default, out=out) for a, b, out in ops], launches)
             timed = []  # (µs, variant, splits)
             for name in candidates(precision, cc):

@@ -20,7 +20,8 @@ import sys
 import cupy
 
 import cupy_gemm
-from cupy_gemm import api, registry, timing
+from cupy_gemm import api, registry
+from cupy_gemm.measure import baselines, timing
 
 TF32 = "sgemm_wgmma_m64n256k8_tf32_stages4_ws2"
 
@@ -66,8 +67,8 @@ def cupy_tf32_ms(n: int, rounds: int, launches: int) -> float:
 
 def contenders(n):
     a, b, b_col, out = operands(n)
-    calls = {"cupy.matmul fp32 (SGEMM)": timing.cublas_call(a, b, out, "float32"),
-             "cuBLAS TF32 (cublasGemmEx)": timing.cublas_call(a, b, out, "tf32"),
+    calls = {"cupy.matmul fp32 (SGEMM)": baselines.cublas_call(a, b, out, "float32"),
+             "cuBLAS TF32 (cublasGemmEx)": baselines.cublas_call(a, b, out, "tf32"),
              f"{TF32}, kernel": cupy_gemm.plan(a, b_col, variant=TF32, out=out)}
     for name, v in registry.catalogue().items():
         if v.family.name == "wgmma_3xtf32":

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import api, operands, registry, timing, verify
+from cupy_gemm import api, operands, registry, verify
+from cupy_gemm.measure import baselines
 from cupy_gemm.errors import DTypeError, InputError
 from cupy_gemm.launch import compute_capability
 
@@ -135,7 +136,7 @@ def _errors(out, a, b):
 def _sgemm(a, b):
     """cupy.matmul fp32 (cuBLAS SGEMM, CUBLAS_COMPUTE_32F whatever CUPY_TF32 says)."""
     out = cupy.empty((a.shape[0], b.shape[1]), cupy.float32)
-    timing.cublas_call(a, b, out, "float32")()
+    baselines.cublas_call(a, b, out, "float32")()
     return out
 
 
