@@ -97,7 +97,8 @@ def quantize_layout(shape, scaling, column_major: bool = False) -> QuantizeLayou
 
 
 def input_dtype_name(dtype) -> str:
-    name = np.dtype(dtype).name
+    # a name is taken as it is: NumPy knows "bfloat16" only once ml_dtypes (which CuPy uses) is imported
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
     if name not in INPUT_DTYPES:
         raise DTypeError(f"quantize takes {', '.join(INPUT_DTYPES)} input; got {name}")
     return name

@@ -140,6 +140,7 @@ static inline half __hfma(half a, half b, half c) { return mk((double)a.v * (dou
 static inline half2 __hfma2(half2 a, half2 b, half2 c) { return half2{__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }
 static inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.bits << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) { uint32_t u; memcpy(&u, &f, 4); return __nv_bfloat16{(uint16_t)(u >> 16)}; }
+static inline size_t __cvta_generic_to_shared(const void* p) { return (size_t)p; }  // smem_addr: no state spaces here
 static void check_aligned(const void* p, size_t n) { if ((uintptr_t)p % n) { fprintf(stderr, "misaligned %zu-byte access\n", n); abort(); } }
 void emu_syncthreads();
 #define __syncthreads() emu_syncthreads()

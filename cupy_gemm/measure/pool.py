@@ -120,6 +120,7 @@ class Pool:
         return events
 
     def _drain(self, w: Worker) -> list[tuple]:
+        import time
         events = []
         try:
             while w.conn.poll():
@@ -128,10 +129,14 @@ class Pool:
                     w.ready, w.info, w.strikes = True, payload, 0
                     events.append(("ready", w, None, payload))
                 elif kind == "result":
+                    late = time.monotonic() - w.since > self.task_timeout
                     w.task = None
                     if payload.get("worker_exit"):
                         w.ready = False  # ending: no new task until it is replaced
-                    events.append(("result", w, task_id, payload))
+                    if late:  # past its time limit however soon it was collected: the limit decides, not polling
+                        events.append(("lost", w, task_id, f"timed out after {self.task_timeout:g} s"))
+                    else:
+                        events.append(("result", w, task_id, payload))
                 else:
                     w.fatal, w.message = True, str(payload)
                     events.append(("fatal", w, None, payload))
