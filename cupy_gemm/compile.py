@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, config, toolkit
+from . import cache, config, cubin, toolkit
 from .errors import CompileError, ConfigError, DeviceError
 from .fsutil import write_atomic
 from .registry import Variant
@@ -55,7 +55,11 @@ class Compiled:
 
     @property
     def resources(self) -> Resources:
-        return Resources.parse(self.log)
+        parsed = Resources.parse(self.log)
+        if parsed.registers or self.is_ptx:
+            return parsed
+        from_image = cubin.resources(self.image, self.arch)  # a log NVRTC left empty
+        return Resources(**from_image, spill_stores=0, spill_loads=0) if from_image else parsed
 
     def __repr__(self) -> str:  # the image is tens of kilobytes: name it, do not print it
         res = self.resources

@@ -92,10 +92,10 @@ def test_precision_argument_picks_the_variant(monkeypatch):
     monkeypatch.delenv("CUPY_TF32", raising=False)
     a = verify.random_operand((256, 512), "float32", 5)
     b = verify.random_operand((512, 384), "float32", 6)
-    for precision, name in (("3xtf32", DEFAULT), ("tf32", api.default_variant("float32", 90, "tf32")),
-                            ("fp32", api.default_variant("float32", 90, "fp32"))):
-        assert cupy.array_equal(cupy_gemm.matmul(a, b, precision=precision), cupy_gemm.matmul(a, b, variant=name))
-        assert cupy_gemm.plan(a, b, precision=precision).variant.name == name
+    for precision, acc in (("3xtf32", "3xtf32"), ("tf32", "tf32"), ("fp32", "float32")):
+        chosen = cupy_gemm.plan(a, b, precision=precision).variant  # the shape-aware choice for this precision
+        assert chosen.acc == acc, (precision, chosen.name)
+        assert cupy.array_equal(cupy_gemm.matmul(a, b, precision=precision), cupy_gemm.matmul(a, b, variant=chosen))
     d = cupy_gemm.gemm(a, b, cupy.ones((256, 384), cupy.float32), beta=1.0, precision="3xtf32")
     ref, scale = verify.reference(a, b, cupy.ones((256, 384), cupy.float32), 1.0, 1.0)
     assert verify.check(d, ref, scale, "float32", "3xtf32", 512).ok
