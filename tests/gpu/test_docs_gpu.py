@@ -10,7 +10,9 @@ from cupy_gemm import compile as compile_mod, launch
 def test_readme_gpu_snippet_runs(code, tmp_path, monkeypatch):
     import cupy
     monkeypatch.chdir(tmp_path)
-    names = run(code)
+    names = run(code)  # every GPU snippet runs as written
+    if "d" not in names:
+        return  # not the quick start: what the other snippets compute is checked by the API and fp8 suites
     a, b = names["a"], names["b"]
     ref = a.astype(cupy.float64) @ b.astype(cupy.float64)
     tol = 4 * a.shape[1] * 2.0 ** -24  # float32 rounding over K products, relative to the largest entry
