@@ -110,9 +110,11 @@ def baseline_calls(sets, torch) -> dict[str, list[Callable]]:
 
 def candidates(mode: str, names: Iterable[str]) -> list[registry.Variant]:
     """The variants among `names` that serve `mode`: its input dtype, and TF32 accumulation exactly when
-    mode is tf32. An unknown name raises UnknownVariantError before anything runs."""
+    mode is tf32 — or, under tf32, the memory-bound skinny kernels in exact fp32, which the dispatch may
+    fall back to (as fast: their time is B's bytes). An unknown name raises UnknownVariantError first."""
     found = [registry.lookup(name) for name in names]
-    return [v for v in found if v.dtype == input_dtype(mode) and (v.acc == "tf32") == (mode == "tf32")]
+    return [v for v in found if v.dtype == input_dtype(mode)
+            and ((v.acc == "tf32") == (mode == "tf32") or (mode == "tf32" and v.family.max_rows is not None))]
 
 
 def _ours(sets, variants) -> tuple[dict, dict]:
