@@ -208,8 +208,10 @@ def _oriented(cupy, a, b, out, layout, align, orders, swap: bool) -> Operands:
     else:
         C = _padded(cupy, out, (mp, np_), layout)
         copy_back = (out, C[:m, :n])
-    return _direct(_padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1]), C,
-                   orders, align, copy_back)
+    ops = _direct(_padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1]), C,
+                  orders, align, copy_back)
+    ops.copied = True  # A and B are this call's padded copies: a repeated call must pad again
+    return ops
 
 
 def _direct(a, b, c, orders, align, copy_back) -> Operands:
