@@ -80,6 +80,7 @@ def render(name_or_family: str, dtype: str | None = None, acc: str | None = None
     cat = registry.catalogue()
     if name_or_family in cat:
         base = cat[name_or_family]
+        params = base.family.canonical(params)  # an old parameter name overrides the entry's value too
         variant = registry.make_variant(base.family, base.name, dtype or base.dtype, {**base.params, **params},
                                         acc or (base.acc if dtype in (None, base.dtype) else None))
     elif name_or_family in registry.families():

@@ -136,8 +136,8 @@ def catalogue_markdown(names=None) -> str:
 
 def cmd_show(args, console: Console) -> int:
     base = registry.lookup(args.variant)
-    variant = registry.make_variant(base.family, base.name, base.dtype, {**base.params, **dict(args.set or ())},
-                                    base.acc)
+    overrides = base.family.canonical(dict(args.set or ()))  # an old parameter name overrides as well
+    variant = registry.make_variant(base.family, base.name, base.dtype, {**base.params, **overrides}, base.acc)
     kernel = api.Kernel(variant)
     if args.source:  # exactly what NVRTC compiles, so that `show V --source > v.cu` can be compiled as is
         sys.stdout.write(kernel.source)

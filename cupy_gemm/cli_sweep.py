@@ -138,11 +138,13 @@ def _runner(args):
                       compile_timeout=args.compile_timeout, gpu_timeout=args.gpu_timeout)
 
 
-def _grid(args, limit: int = grids.MAX_VALUES) -> grids.GridSpec:
+def _grid(args, family: str, limit: int = grids.MAX_VALUES) -> grids.GridSpec:
+    """The grid file and --set values, with old names of renamed parameters mapped to today's."""
     spec = grids.load_grid(args.grid) if args.grid else grids.GridSpec()
     for item in args.set or ():
         name, values = grids.parse_set(item, limit)
         spec.params[name] = values
+    spec.params = registry.family(family).canonical(spec.params)
     return spec
 
 
@@ -171,7 +173,7 @@ def _resume_records(args, console: Console, models: list[GPUModel]) -> list[resu
 
 
 def cmd_sweep(args, console: Console) -> int:
-    spec = _grid(args, args.max_points)
+    spec = _grid(args, args.family, args.max_points)
     if spec.family and spec.family != args.family:
         raise ValueError(f"the grid file is for family {spec.family!r}, not {args.family!r}")
     pts = space.points(args.family, spec.params, args.dtype or spec.dtype, args.acc or spec.acc,
@@ -300,7 +302,7 @@ def cmd_tune(args, console: Console) -> int:
         variants = [n for n in registry.catalogue() if any(fnmatch.fnmatchcase(n, g) for g in args.variant)]
         if not variants:
             raise ValueError(f"no catalogue variant matches {args.variant}")
-    spec = _grid(args) if args.sweep else None
+    spec = _grid(args, args.sweep) if args.sweep else None
     if spec is None and (args.set or args.grid):
         raise ValueError("--set/--grid add sweep points to tuning: name their family with --sweep FAMILY")
     display = SweepDisplay(console, 5, [])

@@ -7,7 +7,8 @@ This is the only module that knows the catalogue's file format:
     name = "sgemm_sliced_k_f32"      # unique across the catalogue
     dtype = "float32"                # input (and output) dtype
     acc = "float32"                  # optional: accumulate type (default: the family's first for dtype)
-    params = { BM = 32, BN = 32 }    # integers; the family fills the rest with defaults
+    params = { BM = 32, BN = 32 }    # integers; the family fills the rest with defaults (old names of
+                                     # renamed parameters are taken: Family.renamed)
     notes = "..."                    # optional
 """
 from __future__ import annotations
@@ -141,11 +142,13 @@ def lookup(name: str) -> Variant:
 
 def from_spec(spec) -> Variant:
     """The Variant of a `Variant.to_spec()` tuple: the catalogue's own entry when the spec names one with
-    the same parameters, else the parameter set validated again (ConfigError if it no longer is valid)."""
+    the same parameters, else the parameter set validated again (ConfigError if it no longer is valid).
+    A spec written before a parameter was renamed (a tuning entry, say) may use its old name."""
     family_name, name, dtype, acc, params = spec
-    params = dict(params)
+    fam = family(family_name)
+    params = fam.canonical(dict(params), where=name)
     known = catalogue().get(name)
     if known is not None and (known.family.name, known.dtype, known.acc, dict(known.params)) == \
             (family_name, dtype, acc, params):
         return known
-    return make_variant(family(family_name), name, dtype, params, acc)
+    return make_variant(fam, name, dtype, params, acc)

@@ -36,10 +36,10 @@ SUGGESTIONS = {
     # catalogue kernels use them
     "mma": Suggestion(
         grid={"WARP_TILE_M": [2, 4, 8], "WARP_TILE_N": [2, 4, 8], "STAGES": [2, 3, 4], "BK": [32],
-              "A_PAD": [0], "B_PAD": [0], "SMEM_SWIZZLE": [1], "RBUF": [1], "B_X4": [1], "SWIZZLE": [2048]},
+              "A_PAD": [0], "B_PAD": [0], "SMEM_SWIZZLE": [1], "RBUF": [1], "B_X4": [1], "BLOCK_SWIZZLE": [2048]},
         panel="STAGES",
         detail={"BK": [16, 32, 64], "SMEM_SWIZZLE": [0, 1], "A_PAD": [0, 8], "B_PAD": [0, 8]}),
-    # block tile = (WARPS_M * FRAGS_M * WM) x (WARPS_N * FRAGS_N * WN) with 16x16 fragments and 4x2 warps
+    # block tile = (WARPS_M * FRAGS_M * FRAG_M) x (WARPS_N * FRAGS_N * FRAG_N) with 16x16 fragments and 4x2 warps
     "wmma": Suggestion(
         grid={"FRAGS_M": [1, 2, 4], "FRAGS_N": [2, 4, 8], "STAGES": [2, 3, 4], "BK": [32], "ASYNC": [1],
               "DSMEM": [1]},
@@ -48,19 +48,19 @@ SUGGESTIONS = {
     "wgmma": Suggestion(
         grid={"BM": [128, 256], "BN": [64, 128, 256], "STAGES": [3, 4, 5]},
         panel="STAGES",
-        detail={"CONSUMERS": [1, 2], "TMA_STORE": [0, 1], "SWIZZLE": [0, 2048]}),
+        detail={"CONSUMERS": [1, 2], "TMA_STORE": [0, 1], "BLOCK_SWIZZLE": [0, 2048]}),
     "hgemm_simt": Suggestion(
         grid={"BM": [64, 128, 256], "BN": [64, 128, 256], "BK": [8, 16]},
         panel="BK",
-        detail={"PAD": [0, 8], "BCF": [0, 1], "DBUF": [0, 1]}),
+        detail={"PAD": [0, 8], "A_TRANSPOSED": [0, 1], "DBUF": [0, 1]}),
     "sgemm_simt": Suggestion(
-        grid={"BM": [64, 128, 256], "BN": [64, 128, 256], "BK": [8, 16], "BCF": [1], "DBUF": [1]},
+        grid={"BM": [64, 128, 256], "BN": [64, 128, 256], "BK": [8, 16], "A_TRANSPOSED": [1], "DBUF": [1]},
         panel="BK",
-        detail={"PAD": [0, 4], "BCF": [0, 1], "ASYNC": [0, 1]}),
+        detail={"PAD": [0, 4], "A_TRANSPOSED": [0, 1], "ASYNC": [0, 1]}),
     "sliced_k": Suggestion(
         grid={"BM": [16, 32, 64], "BN": [16, 32, 64], "BK": [16, 32]},
         panel="BK",
-        detail={"PAD": [0, 1, 8], "SWIZZLE": [0, 2048]}),
+        detail={"PAD": [0, 1, 8], "BLOCK_SWIZZLE": [0, 2048]}),
 }
 
 
@@ -72,13 +72,16 @@ def suggestion(family: str) -> Suggestion:
 
 
 def resolve(family: str, grid=None, panel=None, detail=None) -> tuple[dict, str | None, dict]:
-    """(grid, panel, detail): what the first cell gives, the family's suggestion for the rest."""
+    """(grid, panel, detail): what the first cell gives, the family's suggestion for the rest. Old names of
+    renamed parameters (e.g. SWIZZLE for BLOCK_SWIZZLE) are mapped to today's."""
+    from cupy_gemm import registry
     if grid is None or detail is None:
         s = suggestion(family)
         panel = s.panel if panel is None and grid is None else panel
         grid = dict(s.grid) if grid is None else grid
         detail = dict(s.detail) if detail is None else detail
-    return dict(grid), panel, dict(detail)
+    fam = registry.family(family)
+    return fam.canonical(dict(grid)), fam.renamed.get(panel, panel), fam.canonical(dict(detail))
 
 
 def cli_command(family: str, grid: Mapping[str, Iterable[int]], dtype: str, acc: str, shape: str) -> str:

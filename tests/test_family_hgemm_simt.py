@@ -263,7 +263,7 @@ _EMULATED = [
     "hgemm_t_16x8_sliced_k32_f16x8_pack_bcf_dbuf_async",   # cp.async, several loads per thread
     "hgemm_t_8x8_sliced_k16_f16x8_bcf_dbuf_acc32",         # float shared memory, B read in pieces
     "hgemm_t_8x8_sliced_k16_f16x8_bcf_dbuf_async_acc32",   # half B widened after the shared read
-    ("float16", dict(BM=64, BN=64, BK=32, TM=4, TN=8, VEC=8, ASYNC=1, BCF=0, PAD=8, SWIZZLE=128)),
+    ("float16", dict(BM=64, BN=64, BK=32, TM=4, TN=8, VEC=8, ASYNC=1, A_TRANSPOSED=0, PAD=8, BLOCK_SWIZZLE=128)),
 ]
 
 

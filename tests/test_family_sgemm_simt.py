@@ -43,11 +43,11 @@ def test_names_match_flags():
         p = v.params
         assert (p["SPLIT_K"] != 1) == full_name.endswith("_splitk"), full_name
         name = full_name.removesuffix("_splitk")
-        assert p["BCF"] == ("_bcf" in name), name
+        assert p["A_TRANSPOSED"] == ("_bcf" in name), name
         assert p["DBUF"] == ("_dbuf" in name), name
         assert p["ASYNC"] == name.endswith(("_async", "_async_swizzle")), name
         assert (p["PAD"] == 4) == ("_offset" in name), name
-        assert (p["SWIZZLE"] > 0) == name.endswith("_swizzle"), name
+        assert (p["BLOCK_SWIZZLE"] > 0) == name.endswith("_swizzle"), name
         tm, tn = re.search(r"_t_(\d+)x(\d+)_", name).groups()
         assert (p["TM"], p["TN"]) == (int(tm), int(tn)), name
 
@@ -61,15 +61,15 @@ def test_fp32_only_with_alignment_and_arch_from_the_flags():
 
 
 def test_smem_follows_the_layout():
-    base = dict(BM=128, BN=128, BK=8, TM=8, TN=8, PAD=0, BCF=1, DBUF=0, ASYNC=0)
+    base = dict(BM=128, BN=128, BK=8, TM=8, TN=8, PAD=0, A_TRANSPOSED=1, DBUF=0, ASYNC=0)
     assert FAMILY.smem_bytes(base, "float32", "float32") == (8 * 128 + 8 * 128) * 4
     assert FAMILY.smem_bytes(dict(base, PAD=4, DBUF=1), "float32", "float32") == 2 * (8 * 132 + 8 * 132) * 4
-    assert FAMILY.smem_bytes(dict(base, BCF=0), "float32", "float32") == (128 * 8 + 8 * 128) * 4
+    assert FAMILY.smem_bytes(dict(base, A_TRANSPOSED=0), "float32", "float32") == (128 * 8 + 8 * 128) * 4
     # the template's static_assert compares the same number with its own layout on every compile
 
 
 # ---- constraints: each raises ConfigError naming the parameter, and the template says the same ----------
-BASE = dict(BM=128, BN=128, BK=8, TM=8, TN=8, BCF=1, DBUF=1)
+BASE = dict(BM=128, BN=128, BK=8, TM=8, TN=8, A_TRANSPOSED=1, DBUF=1)
 RULES = [
     (dict(BASE, BM=96, TM=6), "TM", "(a thread's rows are read as float4 fragments)"),
     (dict(BASE, BN=96, TN=6), "TN", "(a thread's columns are read as float4 fragments)"),
@@ -80,7 +80,7 @@ RULES = [
     (dict(BASE, PAD=2), "PAD", "(shared rows stay 16-byte aligned for float4)"),
     (dict(BASE, BM=64, BN=256, BK=4), "BK", "the A tile's BM*BK/4 float4 loads a multiple of"),
     (dict(BASE, BM=256, BN=64, BK=4), "BK", "the B tile's BK*BN/4 float4 loads a multiple of"),
-    (dict(BASE, BN=256, BK=16, MINB=8), "MINB", "an SM holds 2048 threads"),
+    (dict(BASE, BN=256, BK=16, MIN_BLOCKS=8), "MIN_BLOCKS", "an SM holds 2048 threads"),
     (dict(BASE, DBUF=0, ASYNC=1), "ASYNC", "(the copy of the next slice overlaps the current one)"),
 ]
 
@@ -97,7 +97,7 @@ def test_template_refuses_what_the_rules_refuse(params, param, words, tmp_path, 
 
 
 def test_flags_are_checked_like_every_parameter():
-    for flag in ("BCF", "DBUF", "ASYNC", "PAIRS"):
+    for flag in ("A_TRANSPOSED", "DBUF", "ASYNC", "PAIRS"):
         with pytest.raises(ConfigError) as info:
             make_variant(FAMILY, "bad", "float32", dict(BASE, **{flag: 2}))
         assert info.value.param == flag
@@ -111,7 +111,7 @@ def test_flags_are_checked_like_every_parameter():
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_register_cap_for_two_blocks(name, arch):
     res = compile_variant(VARIANTS[name], arch).resources
-    if VARIANTS[name].params["MINB"] == 2:
+    if VARIANTS[name].params["MIN_BLOCKS"] == 2:
         assert res.registers <= 128  # what two blocks of 256 threads per SM need
 
 
@@ -123,7 +123,7 @@ def test_the_flags_show_in_the_ptx(name):
     assert "st.global.v4" in ptx  # the vectorised epilogue
     if not v.params["ASYNC"]:
         assert "ld.global.nc.v4.f32" in ptx  # float4 loads of A and B
-    if v.params["BCF"]:  # every fragment read is a float4: none is scalar
+    if v.params["A_TRANSPOSED"]:  # every fragment read is a float4: none is scalar
         assert "ld.shared.v4.f32" in ptx and "ld.shared.f32" not in ptx
 
 

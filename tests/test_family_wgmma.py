@@ -39,7 +39,7 @@ def test_catalogue_has_fp16_and_bf16_defaults():
     ({"STAGES": 5}, "smem"),                                    # 5 × 48 KB + staging > 227 KB
     ({"STAGES": 1}, "STAGES"),
     ({"TMA_STORE": 2}, "TMA_STORE"),
-    ({"SWIZZLE": -1}, "SWIZZLE"),
+    ({"BLOCK_SWIZZLE": -1}, "BLOCK_SWIZZLE"),
 ])
 def test_rules_name_the_parameter(params, param):
     with pytest.raises(ConfigError) as e:

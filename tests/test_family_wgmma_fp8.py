@@ -32,11 +32,11 @@ def test_catalogue_covers_every_scaling_and_output():
 
 @pytest.mark.parametrize("params,param,words", [
     ({"BM": 64, "CONSUMERS": 2}, "BM", "a multiple of 64 * CONSUMERS"),
-    ({"BN": 192, "WN": 128}, "BN", "a multiple of WN"),
-    ({"PROMOTE": 0, "WN": 128}, "WN", "without PROMOTE"),
-    ({"SCALING": 2, "PROMOTE": 0, "WN": 256}, "SCALING", "block scaling (SCALING = 2) needs PROMOTE = 1"),
-    ({"SCALING": 2, "BN": 192, "WN": 64}, "SCALING", "BN a multiple of 128"),
-    ({"WN": 256}, "BN", "at most 192 accumulator registers per consumer thread"),
+    ({"BN": 192, "INSTR_N": 128}, "BN", "a multiple of INSTR_N"),
+    ({"PROMOTE": 0, "INSTR_N": 128}, "INSTR_N", "without PROMOTE"),
+    ({"SCALING": 2, "PROMOTE": 0, "INSTR_N": 256}, "SCALING", "block scaling (SCALING = 2) needs PROMOTE = 1"),
+    ({"SCALING": 2, "BN": 192, "INSTR_N": 64}, "SCALING", "BN a multiple of 128"),
+    ({"INSTR_N": 256}, "BN", "at most 192 accumulator registers per consumer thread"),
     ({"BM": 192, "CONSUMERS": 3, "STAGES": 2}, "BN", "(128 with three consumers)"),  # 64 × (256 + 128) / 128
     ({"FORMAT_A": 1, "FORMAT_B": 1}, "FORMAT_B", "at most one e5m2 operand"),
 ])
@@ -46,7 +46,7 @@ def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, w
 
 @pytest.mark.parametrize("params,param", [
     ({"STAGES": 5}, "smem"),             # 5 × 48 KB + staging > 227 KB
-    ({"WN": 96}, "WN"),                  # not an instruction N the family offers
+    ({"INSTR_N": 96}, "INSTR_N"),                  # not an instruction N the family offers
     ({"SCALING": 3}, "SCALING"),
     ({"FORMAT_A": 2}, "FORMAT_A"),
     ({"CONSUMERS": 4}, "CONSUMERS"),
@@ -59,7 +59,7 @@ def test_parameter_limits(params, param):
 
 @pytest.mark.parametrize("params,words", [
     ({"FORMAT_A": 1, "FORMAT_B": 1}, "at most one e5m2 operand"),
-    ({"SCALING": 2, "PROMOTE": 0, "WN": 256}, "block scaling (SCALING = 2) needs PROMOTE = 1"),
+    ({"SCALING": 2, "PROMOTE": 0, "INSTR_N": 256}, "block scaling (SCALING = 2) needs PROMOTE = 1"),
 ])
 def test_template_refuses_what_the_rules_refuse(params, words):
     check_template_refuses(FP8, "bfloat16", "float32", {**BASE, **params}, words, arch="sm_90a")
@@ -77,7 +77,7 @@ def test_renders_the_fp8_instruction(name):
     p = v.params
     src = render(v)
     fa, fb = ("e4m3", "e5m2")[p["FORMAT_A"]], ("e4m3", "e5m2")[p["FORMAT_B"]]
-    assert f"wgmma.mma_async.sync.aligned.m64n{p['WN']}k32.f32.{fa}.{fb}" in src
+    assert f"wgmma.mma_async.sync.aligned.m64n{p['INSTR_N']}k32.f32.{fa}.{fb}" in src
     assert '"},\\n %' in src and "p, 1, 1;\\n}" in src  # no transpose immediates: both operands K-major
     assert "cp.async.bulk.tensor.2d" in src and "cp.async.bulk.tensor.2d.global.shared::cta" in src
     assert "__launch_bounds__(THREADS, 1)" in src and "{{" not in src and "{%" not in src

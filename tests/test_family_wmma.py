@@ -17,7 +17,7 @@ TEMPLATE = re.sub(r'"\s*\n\s*"', "", (registry.data_dir("templates") / "wmma.cu.
 
 # the seed's 128x128 multi-stage kernel, valid for float16
 BASE = dict(WARPS_M=4, WARPS_N=2, FRAGS_M=2, FRAGS_N=4, BK=16, A_PAD=8, B_PAD=8, STAGES=3, ASYNC=1, DSMEM=1)
-TF32 = dict(BASE, WK=8, BK=8, A_PAD=4)
+TF32 = dict(BASE, FRAG_K=8, BK=8, A_PAD=4)
 
 
 def test_the_seed_kernels_are_all_there():
@@ -61,8 +61,8 @@ def test_accumulate_types_follow_the_names():
 
 # ---- constraints: each raises ConfigError naming the parameter, and the template says the same ------------
 @pytest.mark.parametrize("dtype,acc,params,param,words", [
-    ("float32", "tf32", dict(TF32, WK=16, BK=16), "WM", "a WMMA shape of the input type"),
-    ("float16", "float16", dict(BASE, WN=8), "WM", "a WMMA shape of the input type"),
+    ("float32", "tf32", dict(TF32, FRAG_K=16, BK=16), "FRAG_M", "a WMMA shape of the input type"),
+    ("float16", "float16", dict(BASE, FRAG_N=8), "FRAG_M", "a WMMA shape of the input type"),
     ("float16", "float16", dict(BASE, BK=24), "BK", "whole WMMA k-steps per stage"),
     ("float16", "float16", dict(BASE, A_PAD=4), "A_PAD", "16-byte aligned shared-memory rows"),
     ("float32", "tf32", dict(TF32, B_PAD=2), "B_PAD", "16-byte aligned shared-memory rows"),
@@ -201,7 +201,7 @@ def test_unpadded_seed_kernels_do_conflict():
 
 @pytest.mark.parametrize("wn", [8, 16, 32])
 def test_c_fragment_store_is_conflict_free(wn):
-    ld = wmma.c_ld({"WN": wn})
+    ld = wmma.c_ld({"FRAG_N": wn})
     # half accumulators: one word per lane, rows g, word t
     assert len({(g * ld // 2 + t) % 32 for g in range(8) for t in range(4)}) == 32
     # float accumulators: two words per lane, a half-warp (rows 0-3) per wavefront

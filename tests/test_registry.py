@@ -69,7 +69,7 @@ def test_unknown_family_file(tmp_path):
     ({"BM": 0}, "BM", ">= 1"),
     ({"BM": 64, "BN": 64}, "threads", "between 32 and 1024"),
     ({"TM": 4}, "TM", "a parameter of family 'naive'"),
-    ({"SWIZZLE": -1}, "SWIZZLE", ">= 0"),
+    ({"BLOCK_SWIZZLE": -1}, "BLOCK_SWIZZLE", ">= 0"),
 ])
 def test_bad_parameters_are_named(params, param, match):
     with pytest.raises(ConfigError, match=match) as info:
@@ -98,7 +98,7 @@ def test_unknown_variant_suggests():
 def test_render_family_and_overrides():
     src = cupy_gemm.render("sliced_k", BK=16, PAD=4)
     assert "BK = 16" in src and "PAD = 4" in src
-    assert "SWIZZLE = 2048" in cupy_gemm.render("sgemm_naive_f32", SWIZZLE=2048)
+    assert "BLOCK_SWIZZLE = 2048" in cupy_gemm.render("sgemm_naive_f32", BLOCK_SWIZZLE=2048)
     with pytest.raises(UnknownVariantError):
         cupy_gemm.render("no_such_thing")
 

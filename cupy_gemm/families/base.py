@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable, Iterator, Mapping
 
 from ..errors import ConfigError
@@ -47,8 +48,14 @@ def flag(name: str, doc: str, default: int = 0) -> Param:
 
 
 def block_swizzle_param(default: int = 0) -> Param:
-    """SWIZZLE: the order of blocks over C (templates/common/tile_index.cuh), the same in every family."""
-    return Param("SWIZZLE", default, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16)
+    """BLOCK_SWIZZLE: the order of blocks over C (templates/common/tile_index.cuh), the same in every family.
+    Not the layout of shared memory (the mma family's SMEM_SWIZZLE). A family declaring it takes the old
+    name too: `renamed=RENAMED_BLOCK_SWIZZLE`."""
+    return Param("BLOCK_SWIZZLE", default, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16)
+
+
+# old parameter name -> new, for a family with block_swizzle_param (see Family.renamed)
+RENAMED_BLOCK_SWIZZLE = MappingProxyType({"SWIZZLE": "BLOCK_SWIZZLE"})
 
 
 def split_k_param(default: int = 0) -> Param:
@@ -90,6 +97,8 @@ class Family:
                 side of the product in M (swapping A and B: Cᵀ = Bᵀ·Aᵀ) and refuses a problem whose
                 M and N both exceed it, before anything launches. A dispatcher asks it which problems a
                 variant can serve: min(M, N) <= max_rows(params).
+    renamed     {old parameter name: its name now}: sweep grids, tuning entries, `--set` and `render(...)`
+                written with an old name still work (`canonical` maps them; giving both names is an error).
     """
     name: str
     template: str
@@ -113,13 +122,30 @@ class Family:
     split_k_fill: int | None = None
     split_k_min_k: int | None = None
     max_rows: Callable[[Mapping[str, int]], int] | None = None
+    renamed: Mapping[str, str] = field(default_factory=dict)
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "param_index", {p.name: p for p in self.params})
+        for old, new in self.renamed.items():
+            if new not in self.param_index or old in self.param_index:
+                raise ValueError(f"family {self.name!r}: renamed {old} -> {new} must map an old name to a parameter")
+
+    def canonical(self, params: Mapping[str, object], *, where: str = "") -> dict[str, object]:
+        """`params` with every old parameter name (`renamed`) replaced by its name now, order kept; values
+        (numbers, or a grid's lists) pass through. Both names of one parameter raise ConfigError."""
+        out = {}
+        for name, value in params.items():
+            new = self.renamed.get(name)
+            if new is not None and new in params:
+                raise ConfigError(name, value, f"left out: it is the old name of {new}, which is given too "
+                                  f"({new}={params[new]!r})", where=where)
+            out[new or name] = value
+        return out
 
     def complete(self, params: Mapping[str, int], *, where: str = "") -> dict[str, int]:
-        """Fill defaults and reject names the family does not have."""
+        """Fill defaults (old names mapped first) and reject names the family does not have."""
+        params = self.canonical(params, where=where)
         unknown = sorted(set(params) - set(self.param_index))
         if unknown:
             raise ConfigError(unknown[0], params[unknown[0]],

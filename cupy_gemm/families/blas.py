@@ -9,7 +9,7 @@ predicated and every store guarded, so any shape and any beta are exact.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Family, Param, block_swizzle_param, flag
+from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
 
 _STATIC_SMEM_LIMIT = 48 * 1024
 
@@ -95,6 +95,7 @@ BLAS = Family(
     align=lambda p, dtype: 4 if p["VEC"] == 4 else 1,  # float4 along M (A, C) and along K (B)
     rules=(_rules,),
     layout="col",
+    renamed=RENAMED_BLOCK_SWIZZLE,
 )
 
 FAMILIES = (BLAS,)

@@ -1,13 +1,14 @@
 """HGEMM on CUDA cores: fp16 operands with half2, half or fp32 arithmetic (templates/hgemm_simt.cu.j2).
 
 One template covers LeetCUDA's thread-tiled fp16 kernels: the thread tile (TM×TN), the K slice (BK),
-the global vector width (VEC), half2 packing (PACK), A transposed in shared memory (BCF, XOR-swizzled
-unless rows are padded), row padding (PAD), double buffering (DBUF) and cp.async (ASYNC). The
+the global vector width (VEC), half2 packing (PACK), A stored transposed, K-major, in shared memory
+(A_TRANSPOSED, the seed names' "bcf"; XOR-swizzled unless rows are padded), row padding (PAD), double
+buffering (DBUF) and cp.async (ASYNC). The
 accumulate type is the variant's `acc`: seed-named entries accumulate in half like the seed.
 """
 from __future__ import annotations
 
-from .base import Family, Param, block_swizzle_param, divides, flag
+from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, divides, flag
 from ..errors import ConfigError
 
 _TILE = (2, 4, 8, 16)
@@ -19,9 +20,9 @@ def _acc_bytes(acc: str) -> int:
 
 def _shared_types(p, acc) -> tuple[int, int]:
     """Bytes per shared element of A and B: data staged through registers is widened to float for fp32
-    accumulation; cp.async copies (B with ASYNC, A with ASYNC and not BCF) stay half."""
+    accumulation; cp.async copies (B with ASYNC, A with ASYNC and not A_TRANSPOSED) stay half."""
     wide = _acc_bytes(acc)
-    a = wide if (p["BCF"] or not p["ASYNC"]) else 2
+    a = wide if (p["A_TRANSPOSED"] or not p["ASYNC"]) else 2
     b = wide if not p["ASYNC"] else 2
     return a, b
 
@@ -29,7 +30,7 @@ def _shared_types(p, acc) -> tuple[int, int]:
 def smem_bytes(p, dtype, acc) -> int:
     bufs = 2 if p["DBUF"] else 1
     a_size, b_size = _shared_types(p, acc)
-    a_elems = p["BK"] * (p["BM"] + p["PAD"]) if p["BCF"] else p["BM"] * (p["BK"] + p["PAD"])
+    a_elems = p["BK"] * (p["BM"] + p["PAD"]) if p["A_TRANSPOSED"] else p["BM"] * (p["BK"] + p["PAD"])
     a_bytes = -(-bufs * a_elems * a_size // 16) * 16  # B's buffers start 16-byte aligned
     return a_bytes + bufs * p["BK"] * (p["BN"] + p["PAD"]) * b_size
 
@@ -72,7 +73,8 @@ HGEMM_SIMT = Family(
               lo=0, hi=64),
         block_swizzle_param(),
         flag("PACK", "half2 arithmetic (HFMA2, fp16 accumulation)", 1),
-        flag("BCF", "A transposed in shared memory: one vector read per k instead of TM scalar reads", 1),
+        flag("A_TRANSPOSED", "A stored transposed (K-major) in shared memory: one vector read per k instead of "
+             "TM scalar reads", 1),
         flag("DBUF", "double-buffered shared memory: loads of the next slice overlap the math", 1),
         flag("ASYNC", "cp.async global->shared copies (sm_80+), needs DBUF"),
     ),
@@ -87,6 +89,7 @@ HGEMM_SIMT = Family(
         _rules,
     ),
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
+    renamed={**RENAMED_BLOCK_SWIZZLE, "BCF": "A_TRANSPOSED"},
 )
 
 FAMILIES = (HGEMM_SIMT,)

@@ -11,7 +11,7 @@ caller's float32 inputs are never modified.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import ACC_TYPES, CUDA_TYPES, Family, Param, block_swizzle_param, flag
+from .base import ACC_TYPES, CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
 
 # float16 accumulates in float32 by default; float16 accumulation serves the seed-named kernels.
 _DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("tf32",)}
@@ -122,6 +122,7 @@ MMA = Family(
     align=lambda p, dtype: _vec(dtype),  # 16-byte cp.async along K and 16-byte stores along N
     rules=(_rules,),
     min_cc=lambda p, dtype, acc: 80,
+    renamed=RENAMED_BLOCK_SWIZZLE,
 )
 
 FAMILIES = (MMA,)

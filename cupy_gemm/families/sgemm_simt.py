@@ -1,15 +1,16 @@
 """CUDA-core SGEMM with register tiles: the LeetCUDA `sgemm_t_*_sliced_k*_f32x4*` ladder in one template.
 
 Row-major fp32 (inputs, output, accumulation). Each thread owns a TM×TN tile of C made of float4
-groups; the flags add the seed's steps one by one: A transposed in shared memory (BCF), row padding
-(PAD, the seed's OFFSET), a register-staged double buffer (DBUF) and cp.async copies (ASYNC).
+groups; the flags add the seed's steps one by one: A stored transposed, K-major, in shared memory
+(A_TRANSPOSED, the seed names' "bcf"), row padding (PAD, the seed's OFFSET), a register-staged double
+buffer (DBUF) and cp.async copies (ASYNC). MIN_BLOCKS is the __launch_bounds__ minimum, as in the mma family.
 Split-K (SPLIT_K, `split_k`): blockIdx.y is the block's split of K; 1 (the default) compiles it out, 0 lets
 the launcher choose per shape, for the small tiles that serve small and skinny problems.
 """
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Family, Param, block_swizzle_param, flag, split_k_param
+from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param
 
 
 def _threads(p) -> int:
@@ -18,7 +19,7 @@ def _threads(p) -> int:
 
 def _smem_bytes(p, dtype, acc) -> int:
     stages = 2 if p["DBUF"] else 1
-    a_stage = p["BK"] * (p["BM"] + p["PAD"]) if p["BCF"] else p["BM"] * (p["BK"] + p["PAD"])
+    a_stage = p["BK"] * (p["BM"] + p["PAD"]) if p["A_TRANSPOSED"] else p["BM"] * (p["BK"] + p["PAD"])
     b_stage = p["BK"] * (p["BN"] + p["PAD"])
     return stages * (a_stage + b_stage) * 4
 
@@ -49,9 +50,9 @@ def _rules(p, dtype, acc):
     if p["BK"] * p["BN"] // 4 % threads:
         yield ConfigError("BK", p["BK"], f"a value that makes the B tile's BK*BN/4 float4 loads a multiple of "
                                          f"the block's {threads} threads")
-    if threads * p["MINB"] > 2048:
-        yield ConfigError("MINB", p["MINB"], f"at most {max(1, 2048 // threads)} (an SM holds 2048 threads; "
-                                             f"a block has {threads})")
+    if threads * p["MIN_BLOCKS"] > 2048:
+        yield ConfigError("MIN_BLOCKS", p["MIN_BLOCKS"], f"at most {max(1, 2048 // threads)} (an SM holds 2048 "
+                                                         f"threads; a block has {threads})")
     if p["ASYNC"] and not p["DBUF"]:
         yield ConfigError("ASYNC", p["ASYNC"], "0 unless DBUF=1 (the copy of the next slice overlaps the "
                                                "current one)")
@@ -69,9 +70,11 @@ SGEMM_SIMT = Family(
         Param("TM", 8, "rows of C per thread, in float4 groups BM/(TM/4) apart", lo=4, hi=32),
         Param("TN", 8, "columns of C per thread, in float4 groups BN/(TN/4) apart", lo=4, hi=32),
         Param("PAD", 0, "floats appended to each shared-memory row (the seed's OFFSET)", lo=0, hi=32),
-        Param("MINB", 1, "blocks per SM the register budget must allow (__launch_bounds__ minimum)", lo=1, hi=8),
+        Param("MIN_BLOCKS", 1, "blocks per SM the register budget must allow (__launch_bounds__ minimum)",
+              lo=1, hi=8),
         block_swizzle_param(),
-        flag("BCF", "store A transposed in shared memory so fragments are float4 reads (bank-conflict free)"),
+        flag("A_TRANSPOSED", "store A transposed (K-major) in shared memory so fragments are float4 reads "
+             "(bank-conflict free)"),
         flag("DBUF", "double-buffer shared memory, one barrier per K slice"),
         flag("ASYNC", "cp.async global->shared copies (sm_80+); needs DBUF"),
         flag("PAIRS", "interleave warp lanes in pairs that share fragment addresses: float4 shared reads "
@@ -87,6 +90,7 @@ SGEMM_SIMT = Family(
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
     split_k=True,
+    renamed={**RENAMED_BLOCK_SWIZZLE, "MINB": "MIN_BLOCKS", "BCF": "A_TRANSPOSED"},
 )
 
 FAMILIES = (SGEMM_SIMT,)

@@ -1,10 +1,10 @@
 """The two first steps of the zoo: the naive kernel and shared-memory sliced-K, for every dtype."""
 from __future__ import annotations
 
-from .base import Family, Param, block_swizzle_param
+from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param
 
 _DTYPES = {"float32": ("float32",), "float16": ("float16", "float32"), "bfloat16": ("float32",)}
-_SWIZZLE = block_swizzle_param()
+_BLOCK_SWIZZLE = block_swizzle_param()
 
 NAIVE = Family(
     name="naive",
@@ -13,11 +13,12 @@ NAIVE = Family(
     params=(
         Param("BM", 16, "rows of C per block", lo=1, hi=1024),
         Param("BN", 16, "columns of C per block", lo=1, hi=1024),
-        _SWIZZLE,
+        _BLOCK_SWIZZLE,
     ),
     dtypes=_DTYPES,
     threads=lambda p: p["BM"] * p["BN"],
     tile=lambda p: (p["BM"], p["BN"]),
+    renamed=RENAMED_BLOCK_SWIZZLE,
 )
 
 SLICED_K = Family(
@@ -29,12 +30,13 @@ SLICED_K = Family(
         Param("BN", 32, "columns of C per block", lo=1, hi=1024),
         Param("BK", 32, "depth of the K slice staged in shared memory", lo=1, hi=256),
         Param("PAD", 0, "padding elements per shared-memory row", lo=0, hi=16),
-        _SWIZZLE,
+        _BLOCK_SWIZZLE,
     ),
     dtypes=_DTYPES,
     threads=lambda p: p["BM"] * p["BN"],
     tile=lambda p: (p["BM"], p["BN"]),
     rules=(lambda p, dtype, acc: _static_smem(p, dtype),),
+    renamed=RENAMED_BLOCK_SWIZZLE,
 )
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import CUDA_TYPES, Family, Param, block_swizzle_param, flag, split_k_param
+from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param
 
 SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
 C_BOX_ROWS = 64  # the epilogue stages and stores C in boxes of 64 rows (one m64 tile) by one swizzle row
@@ -113,6 +113,7 @@ _COMMON = dict(
     persistent=1,
     make_args=make_args,
     split_k=True,
+    renamed=RENAMED_BLOCK_SWIZZLE,
 )
 
 WGMMA = Family(

@@ -18,7 +18,7 @@ B column-major (K-major; the API copies a row-major B), 16-byte aligned bases an
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Family, Param, flag
+from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
 from .wgmma import C_BOX_ROWS, SWIZZLE_BYTES, make_args
 from .wgmma import _rule_tiles as rule_tiles  # the same tile rules and words as the TF32 family
 
@@ -34,8 +34,8 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
 
 
 def _rule_registers(p, dtype, acc):
-    wm = p["BM"] // p["CONSUMERS"]
-    per_thread = wm * p["BN"] // 128 * (1 + p["PROMOTE"]) + wm * p["BK"] // 64
+    consumer_m = p["BM"] // p["CONSUMERS"]
+    per_thread = consumer_m * p["BN"] // 128 * (1 + p["PROMOTE"]) + consumer_m * p["BK"] // 64
     if per_thread > 224:
         yield ConfigError("BN", p["BN"], "at most 224 registers of accumulators and A fragments per consumer "
                           "thread: BM / CONSUMERS * (BN / 128 * (1 + PROMOTE) + BK / 64) <= 224 "
@@ -53,7 +53,7 @@ WGMMA_3XTF32 = Family(
         Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup loads and splits B)", choices=(1, 2)),
         flag("TMA_STORE", "epilogue through shared memory and TMA stores (beta = 0; else direct stores)", 1),
-        Param("SWIZZLE", 2048, "block-swizzle stride in columns of C, 0 = off", lo=0, hi=1 << 16),
+        block_swizzle_param(2048),
         flag("PROMOTE", "each stage's products summed in a zeroed partial tile, then added in fp32 "
              "(round to nearest) instead of accumulated by the tensor cores (round toward zero)", 1),
     ),
@@ -69,6 +69,7 @@ WGMMA_3XTF32 = Family(
     needs_sm90a=True,
     persistent=1,
     make_args=make_args,
+    renamed=RENAMED_BLOCK_SWIZZLE,
 )
 
 FAMILIES = (WGMMA_3XTF32,)

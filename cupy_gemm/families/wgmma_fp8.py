@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import CUDA_TYPES, Family, Param, block_swizzle_param, flag
+from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
 
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128
@@ -44,8 +44,8 @@ def _rule_tiles(p, dtype, acc):
     if p["BM"] % (64 * p["CONSUMERS"]):
         yield ConfigError("BM", p["BM"], f"a multiple of 64 * CONSUMERS = {64 * p['CONSUMERS']} "
                           "(each consumer warpgroup takes whole m64 wgmma tiles)")
-    if p["BN"] % p["WN"]:
-        yield ConfigError("BN", p["BN"], f"a multiple of WN (the wgmma N) = {p['WN']}")
+    if p["BN"] % p["INSTR_N"]:
+        yield ConfigError("BN", p["BN"], f"a multiple of INSTR_N (the wgmma N) = {p['INSTR_N']}")
 
 
 def _rule_formats(p, dtype, acc):
@@ -55,16 +55,17 @@ def _rule_formats(p, dtype, acc):
 
 
 def _rule_promotion(p, dtype, acc):
-    if not p["PROMOTE"] and p["WN"] != p["BN"]:
-        yield ConfigError("WN", p["WN"], f"equal to BN = {p['BN']} without PROMOTE "
+    if not p["PROMOTE"] and p["INSTR_N"] != p["BN"]:
+        yield ConfigError("INSTR_N", p["INSTR_N"], f"equal to BN = {p['BN']} without PROMOTE "
                           "(the accumulators are the wgmma's own)")
     if p["SCALING"] == 2 and (not p["PROMOTE"] or p["BN"] % K_BLOCK):
         yield ConfigError("SCALING", p["SCALING"], "block scaling (SCALING = 2) needs PROMOTE = 1 and BN a "
                           "multiple of 128 (B's scale blocks)")
-    regs, limit = p["BM"] // p["CONSUMERS"] * (p["BN"] + p["PROMOTE"] * p["WN"]) // 128, MAX_ACC_REGS[p["CONSUMERS"]]
+    regs = p["BM"] // p["CONSUMERS"] * (p["BN"] + p["PROMOTE"] * p["INSTR_N"]) // 128
+    limit = MAX_ACC_REGS[p["CONSUMERS"]]
     if regs > limit:
         yield ConfigError("BN", p["BN"], f"at most 192 accumulator registers per consumer thread (128 with three "
-                          f"consumers): BM / CONSUMERS * (BN + PROMOTE * WN) / 128 <= {limit} (got {regs})")
+                          f"consumers): BM / CONSUMERS * (BN + PROMOTE * INSTR_N) / 128 <= {limit} (got {regs})")
 
 
 def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda: int, ldb: int, ldc: int) -> tuple:
@@ -88,7 +89,7 @@ WGMMA_FP8 = Family(
     params=(
         Param("BM", 128, "rows of C per block, split over the consumer warpgroups", lo=64, hi=256),
         Param("BN", 256, "columns of C per block", lo=64, hi=256),
-        Param("WN", 128, "columns per wgmma instruction (its N)", choices=(64, 128, 192, 256)),
+        Param("INSTR_N", 128, "columns per wgmma instruction (its N)", choices=(64, 128, 192, 256)),
         Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2, 3)),
         Param("FORMAT_A", 0, "A's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
@@ -108,6 +109,7 @@ WGMMA_FP8 = Family(
     needs_sm90a=True,
     persistent=1,
     make_args=make_args,
+    renamed={**RENAMED_BLOCK_SWIZZLE, "WN": "INSTR_N"},
 )
 
 FAMILIES = (WGMMA_FP8,)

@@ -2,7 +2,7 @@
 (m16n16k8) with row-major A and B.
 
 A block of WARPS_M x WARPS_N warps (the seed names' "mmaAxB") computes a BM x BN tile of C; each warp owns
-FRAGS_M x FRAGS_N accumulator fragments (the seed names' "warpCxD"; a third factor "x2" is BK = 2 * WK).
+FRAGS_M x FRAGS_N accumulator fragments (the seed names' "warpCxD"; a third factor "x2" is BK = 2 * FRAG_K).
 K slices are staged in shared memory: STAGES buffers filled by 16-byte cp.async (ASYNC=1), or plain 16-byte
 loads with STAGES=1 (ASYNC=0, any GPU with tensor cores). Copies outside the matrix zero-fill, and C goes
 back through a per-warp shared-memory fragment tile to a guarded 16-byte epilogue, so every shape is exact.
@@ -11,7 +11,7 @@ tf32 rounds fp32 operands inside the fragments: the caller's inputs are never mo
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import ACC_TYPES, CUDA_TYPES, Family, Param, block_swizzle_param, flag
+from .base import ACC_TYPES, CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
 
 # float16 accumulates in float32 unless asked (the seed-named entries accumulate in float16, as the seed)
 _DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("tf32",)}
@@ -36,7 +36,7 @@ def vec(dtype: str) -> int:
 
 
 def tile(p) -> tuple[int, int]:
-    return p["WM"] * p["FRAGS_M"] * p["WARPS_M"], p["WN"] * p["FRAGS_N"] * p["WARPS_N"]
+    return p["FRAG_M"] * p["FRAGS_M"] * p["WARPS_M"], p["FRAG_N"] * p["FRAGS_N"] * p["WARPS_N"]
 
 
 def threads(p) -> int:
@@ -45,14 +45,14 @@ def threads(p) -> int:
 
 def c_ld(p) -> int:
     """Row stride of the per-warp C fragment tile (the template's C_LD): rows 8 or 24 words apart."""
-    return p["WN"] + (8 if (p["WN"] + 8) % 16 == 8 else 16)
+    return p["FRAG_N"] + (8 if (p["FRAG_N"] + 8) % 16 == 8 else 16)
 
 
 def shared_bytes(p, dtype: str, acc: str) -> int:
     """Shared memory the block uses: the larger of the pipeline and the epilogue (they share the space)."""
     bm, bn = tile(p)
     pipeline = p["STAGES"] * (bm * (p["BK"] + p["A_PAD"]) + p["BK"] * (bn + p["B_PAD"])) * _esize(dtype)
-    epilogue = p["WARPS_M"] * p["WARPS_N"] * p["WM"] * c_ld(p) * _acc_bytes(acc)
+    epilogue = p["WARPS_M"] * p["WARPS_N"] * p["FRAG_M"] * c_ld(p) * _acc_bytes(acc)
     return max(pipeline, epilogue)
 
 
@@ -63,9 +63,9 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
 
 def fragment_registers(p, dtype: str, acc: str) -> int:
     """Registers per thread held by accumulator and operand fragments (the template's FRAG_REGS)."""
-    acc_regs = p["WM"] * p["WN"] // 32 * _acc_bytes(acc) // 4
-    a_regs = p["WM"] * p["WK"] // 32 * _esize(dtype) // 4
-    b_regs = p["WK"] * p["WN"] // 32 * _esize(dtype) // 4
+    acc_regs = p["FRAG_M"] * p["FRAG_N"] // 32 * _acc_bytes(acc) // 4
+    a_regs = p["FRAG_M"] * p["FRAG_K"] // 32 * _esize(dtype) // 4
+    b_regs = p["FRAG_K"] * p["FRAG_N"] // 32 * _esize(dtype) // 4
     return (p["FRAGS_M"] * p["FRAGS_N"] * acc_regs
             + (1 + p["RBUF"]) * (p["FRAGS_M"] * a_regs + p["FRAGS_N"] * b_regs))
 
@@ -75,13 +75,14 @@ def register_budget(p) -> int:
 
 
 def _rules(p, dtype, acc):
-    shape = (p["WM"], p["WN"], p["WK"])
+    shape = (p["FRAG_M"], p["FRAG_N"], p["FRAG_K"])
     if shape not in (_SHAPES_TF32 if acc == "tf32" else _SHAPES_16BIT):
-        yield ConfigError("WM", p["WM"], f"(with WN={p['WN']}, WK={p['WK']}) part of a WMMA shape of the input "
-                          "type: m16n16k16, m32n8k16 or m8n32k16 for 16-bit inputs, m16n16k8 for tf32")
+        yield ConfigError("FRAG_M", p["FRAG_M"], f"(with FRAG_N={p['FRAG_N']}, FRAG_K={p['FRAG_K']}) part of a WMMA "
+                          "shape of the input type: m16n16k16, m32n8k16 or m8n32k16 for 16-bit inputs, m16n16k8 "
+                          "for tf32")
         return
-    if p["BK"] % p["WK"]:
-        yield ConfigError("BK", p["BK"], f"a multiple of WK={p['WK']} (whole WMMA k-steps per stage)")
+    if p["BK"] % p["FRAG_K"]:
+        yield ConfigError("BK", p["BK"], f"a multiple of FRAG_K={p['FRAG_K']} (whole WMMA k-steps per stage)")
     for pad in ("A_PAD", "B_PAD"):
         if p[pad] * _esize(dtype) % 16:
             yield ConfigError(pad, p[pad], "a multiple of 16 bytes (8 halves, 4 floats): cp.async and WMMA loads "
@@ -89,8 +90,8 @@ def _rules(p, dtype, acc):
     if not p["ASYNC"] and p["STAGES"] != 1:
         yield ConfigError("STAGES", p["STAGES"], "1 when ASYNC=0 (only cp.async copies stay in flight across "
                           "stages)")
-    if p["RBUF"] and p["BK"] < 2 * p["WK"]:
-        yield ConfigError("RBUF", p["RBUF"], "0 unless BK >= 2 * WK (register double-buffering alternates "
+    if p["RBUF"] and p["BK"] < 2 * p["FRAG_K"]:
+        yield ConfigError("RBUF", p["RBUF"], "0 unless BK >= 2 * FRAG_K (register double-buffering alternates "
                           "fragments between the k-steps of a stage)")
     total = shared_bytes(p, dtype, acc)
     if not p["DSMEM"] and total > STATIC_SMEM_LIMIT:
@@ -115,9 +116,9 @@ WMMA = Family(
     template="wmma.cu.j2",
     doc="nvcuda::wmma tensor cores: warp tiles of fragments, multi-stage cp.async, padded shared memory",
     params=(
-        Param("WM", 16, "rows of a WMMA fragment", choices=(8, 16, 32)),
-        Param("WN", 16, "columns of a WMMA fragment", choices=(8, 16, 32)),
-        Param("WK", 16, "k depth of a WMMA fragment (8 for tf32)", choices=(8, 16)),
+        Param("FRAG_M", 16, "rows of a WMMA fragment", choices=(8, 16, 32)),
+        Param("FRAG_N", 16, "columns of a WMMA fragment", choices=(8, 16, 32)),
+        Param("FRAG_K", 16, "k depth of a WMMA fragment (8 for tf32)", choices=(8, 16)),
         Param("WARPS_M", 4, "warps along M in a block", lo=1, hi=16),
         Param("WARPS_N", 2, "warps along N in a block", lo=1, hi=16),
         Param("FRAGS_M", 2, "accumulator fragments along M per warp", lo=1, hi=8),
@@ -139,6 +140,7 @@ WMMA = Family(
     rules=(_rules,),
     min_cc=min_cc,
     needs_mma_headers=True,
+    renamed={**RENAMED_BLOCK_SWIZZLE, "WM": "FRAG_M", "WN": "FRAG_N", "WK": "FRAG_K"},
 )
 
 FAMILIES = (WMMA,)

@@ -123,8 +123,9 @@ def size(grid: Mapping[str, Iterable[int]]) -> int:
 
 def expand(family: Family, grid: Mapping[str, Iterable[int]]) -> list[dict[str, int]]:
     """Every combination of the grid's values, in the family's parameter order with the last varying
-    fastest; parameters the grid leaves out keep their defaults. Unknown names raise ConfigError."""
-    grid = {name: list(values) for name, values in grid.items()}
+    fastest; parameters the grid leaves out keep their defaults. Old names of renamed parameters are
+    taken (Family.renamed); unknown names raise ConfigError."""
+    grid = {name: list(values) for name, values in family.canonical(grid).items()}
     family.complete({name: values[0] for name, values in grid.items() if values})  # names check
     axes = [grid.get(p.name, [p.default]) or [p.default] for p in family.params]
     names = [p.name for p in family.params]
