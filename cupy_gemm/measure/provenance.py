@@ -59,7 +59,8 @@ def metadata(devices: Iterable[int] = (), **extra) -> dict:
         meta["driver"] = _devices.driver_version()
         meta["cuda_runtime"] = _cuda_version(rt.runtimeGetVersion())
         meta["devices"] = [{"id": d, "name": _devices.device_name(d),
-                            "compute_capability": cupy.cuda.Device(d).compute_capability} for d in devices]
+                            "compute_capability": cupy.cuda.Device(d).compute_capability,
+                            "sm_count": rt.getDeviceProperties(d)["multiProcessorCount"]} for d in devices]
     meta.update(extra)
     return meta
 
