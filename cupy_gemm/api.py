@@ -17,9 +17,7 @@ AUTO = "auto"
 # dispatch table nor another heuristic rule claims (cupy_gemm/dispatch.py). float32 stays exact (CUDA
 # cores) unless CUPY_TF32=1, as with cupy.matmul; float16 and bfloat16 accumulate in float32.
 DEFAULTS = dispatch.candidates()["default"]
-# float32's `precision` argument -> the dispatch key it selects (kernels/dispatch/candidates.toml), which
-# is also the `acc` of the tensor-core variants listed there; None keeps the rule above (CUPY_TF32)
-PRECISIONS = {"fp32": "float32", "tf32": "tf32", "3xtf32": "3xtf32"}
+PRECISIONS = dispatch.PRECISIONS  # float32's `precision` argument -> the dispatch key it selects
 
 
 class Kernel:
@@ -91,18 +89,7 @@ def render(name_or_family: str, dtype: str | None = None, acc: str | None = None
     return _render_variant(variant)
 
 
-def defaults_key(dtype: str, precision: str | None = None) -> str:
-    """The dispatch key for inputs of `dtype` computed at `precision` ("fp32", "tf32", "3xtf32", or None
-    for the dtype's own rule). Raises before anything launches when the pair makes no sense."""
-    if precision is None:
-        return dispatch.dtype_key(dtype)
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise ConfigError("precision", precision, f"one of {', '.join(map(repr, PRECISIONS))} or None "
-                          f"(the default: exact fp32, or TF32 with CUPY_TF32=1)")
-    if dtype != "float32":
-        raise DTypeError(f"precision={precision!r} applies to float32 inputs only; got {dtype} (leave "
-                         f"precision=None: {dtype} runs on tensor cores with float32 accumulation)")
-    return PRECISIONS[precision]
+defaults_key = dispatch.defaults_key
 
 
 def _check_3xtf32(key: str, cc: int) -> None:

@@ -16,6 +16,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("shape", help="MxNxK (or one size for a cube)")
     p.add_argument("--dtype", default="float32",
                    help="float32, float16, bfloat16, or tf32 (float32 under CUPY_TF32=1); default float32")
+    p.add_argument("--precision", choices=("fp32", "tf32", "3xtf32"),
+                   help="float32 only: as matmul's precision= (3xtf32: fp32-accurate on Hopper tensor cores)")
     p.add_argument("--gpu", help='the GPU\'s name as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3" (with --cc: '
                                  'no GPU needed); default: the current GPU')
     p.add_argument("--cc", type=int, help="its compute capability, e.g. 90 (with --gpu)")
@@ -27,7 +29,7 @@ def run(args) -> int:
         if (args.gpu is None) != (args.cc is None):
             raise ValueError("--gpu and --cc go together (both name a GPU that need not be present)")
         device = (args.gpu, args.cc) if args.gpu is not None else None
-        print(dispatch.explain(args.dtype, m, n, k, device), end="")
+        print(dispatch.explain(args.dtype, m, n, k, device, args.precision), end="")
         return 0
     except (CupyGemmError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import config, registry, selection_tables
-from .errors import CatalogueError, DeviceError, DTypeError
+from .errors import CatalogueError, ConfigError, DeviceError, DTypeError
 from .launch import MIN_K_PER_SPLIT
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
@@ -60,6 +60,25 @@ def dtype_key(dtype) -> str:
     if key not in DTYPE_KEYS or key == "3xtf32":
         raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
     return key
+
+
+# float32's `precision` argument -> the dispatch key it selects (kernels/dispatch/candidates.toml), which
+# is also the `acc` of the tensor-core variants listed there; None keeps the dtype's rule (CUPY_TF32)
+PRECISIONS = {"fp32": "float32", "tf32": "tf32", "3xtf32": "3xtf32"}
+
+
+def defaults_key(dtype: str, precision: str | None = None) -> str:
+    """The dispatch key for inputs of `dtype` computed at `precision` ("fp32", "tf32", "3xtf32", or None
+    for the dtype's own rule). Raises before anything launches when the pair makes no sense."""
+    if precision is None:
+        return dtype_key(dtype)
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ConfigError("precision", precision, f"one of {', '.join(map(repr, PRECISIONS))} or None "
+                          f"(the default: exact fp32, or TF32 with CUPY_TF32=1)")
+    if dtype != "float32":
+        raise DTypeError(f"precision={precision!r} applies to float32 inputs only; got {dtype} (leave "
+                         f"precision=None: {dtype} runs on tensor cores with float32 accumulation)")
+    return PRECISIONS[precision]
 
 
 @lru_cache(maxsize=None)
@@ -196,7 +215,7 @@ def describe_gpu(name: str, cc: int) -> Gpu:
     return Gpu(name, cc, table["gpu"].get("sm_count") if table else None)
 
 
-def explain(dtype, m: int, n: int, k: int, device=None) -> str:
+def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = None) -> str:
     """Which variant `matmul(variant=None)` runs for an m×n×k product of `dtype`, and why. device: a CUDA
     device id or cupy Device (None: the current one), or a Gpu / (name, cc) pair for a GPU not present."""
     if isinstance(device, tuple) and not isinstance(device, Gpu):
@@ -210,17 +229,17 @@ def explain(dtype, m: int, n: int, k: int, device=None) -> str:
                 raise DeviceError(f"no CUDA GPU to explain for ({e}); name one instead: device=(name, cc), "
                                   f"or --gpu NAME --cc XY on the command line") from None
         device = gpu_of(device if isinstance(device, int) else device.id)
-    key = dtype_key(dtype)
+    key = defaults_key(dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype)), precision)
     decision = choose(device, key, m, n, k)
     sms = f"{device.sm_count} SMs" if device.sm_count else f"SM count unknown, {ASSUMED_SM_COUNT} assumed"
     lines = [f"{key} {m}×{n}×{k} on {device.name} (sm_{device.cc}, {sms})",
              f"variant: {decision.variant}", f"why: {decision.reason}"]
     lines += [f"note: {s}" for s in decision.notes]
-    if key == "float32":
-        lines.append("note: CUPY_TF32=1 would choose among TF32 tensor-core variants")
+    if key == "float32" and precision is None:
+        lines.append("note: CUPY_TF32=1 (or precision tf32 / 3xtf32) would choose among tensor-core variants")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Gpu", "Decision", "dtype_key", "candidates", "why_not", "first_default", "choose", "explain",
+__all__ = ["Gpu", "Decision", "PRECISIONS", "defaults_key", "dtype_key", "candidates", "why_not", "first_default", "choose", "explain",
            "gpu_of", "describe_gpu", "rows_of", "tiles_of", "deep_k", "table_from_results", "format_table",
            "SKINNY_MAX", "TABLE_REACH"]

@@ -6,7 +6,7 @@ import pytest
 
 from cupy_gemm import api, cli, dispatch, registry, selection_tables
 from cupy_gemm.dispatch import Gpu
-from cupy_gemm.errors import CatalogueError
+from cupy_gemm.errors import CatalogueError, DTypeError
 from fake_gpu import gpu  # noqa: F401  (the fixture)
 
 H100 = Gpu("NVIDIA H100 80GB HBM3", 90, 132)
@@ -266,3 +266,11 @@ def test_matmul_default_follows_the_table(table, gpu):
     api.matmul(gpu.array((4096, 4096), "float16"), gpu.array((4096, 4096), "float16"))
     assert gpu.kernels.keys() == {WGMMA, MMA}
 
+
+
+def test_explain_takes_a_precision():
+    h100 = ("NVIDIA H100 80GB HBM3", 90)
+    text = dispatch.explain("float32", 4096, 4096, 4096, h100, precision="3xtf32")
+    assert text.startswith("3xtf32 4096×4096×4096") and "variant: sgemm_wgmma_3xtf32_" in text
+    with pytest.raises(DTypeError, match="float32 inputs only"):
+        dispatch.explain("float16", 64, 64, 64, h100, precision="3xtf32")
