@@ -63,4 +63,5 @@ def candidate_table(meta: dict, rows: list[dict], command: str) -> dict:
               "median_ms": r["ours_us"] / 1e3, "status": r["status"]}
              for r in rows if r["kind"] == "candidate" and r.get("ours_us") is not None]
     return dispatch.table_from_results(timed, gpu_name=gpu["name"], cc=int(gpu["compute_capability"]),
-                                       sm_count=gpu.get("sm_count"), command=command, cupy_version=meta.get("cupy"), nvrtc_version=meta.get("nvrtc"))
+                                       sm_count=gpu.get("sm_count"), command=command,
+                                       cupy_version=meta.get("cupy"), nvrtc_version=meta.get("nvrtc"))
