@@ -7,9 +7,9 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
    measured shape in log space, if it lies within TABLE_REACH of the problem in every dimension;
 2. else to the heuristic, whose candidates per rule are data (kernels/dispatch/candidates.toml):
    - min(M, N) <= SKINNY_MAX: the product is memory-bound; the `skinny` entry with the fewest rows that
-     still covers the small dimension;
-   - the `default` entry's tiles leave SMs idle: a `split_k` entry when K is deep, else a `small_tile`
-     entry that puts the most blocks on the GPU;
+     still covers the small dimension (the lists stop where split-K measured faster);
+   - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
+     deep (the one whose tiles pad C least), else a `small_tile` entry that puts the most blocks on it;
    - otherwise the first `default` entry (big tiles).
 A named variant the catalogue lacks, that does not run on the GPU, or that does not compute in the
 dtype key's precision is skipped at every step, so tables and candidate lists may name kernels that a
@@ -22,7 +22,7 @@ from functools import lru_cache
 
 from . import config, registry, selection_tables
 from .errors import CatalogueError, ConfigError, DeviceError, DTypeError
-from .launch import MIN_K_PER_SPLIT
+from .launch import MIN_K_PER_SPLIT, resident_blocks
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
 
@@ -32,6 +32,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 SKINNY_MAX = 16  # M or N at most this: too few rows to reuse B from shared memory, so B's bytes bound it
+# the big tiles go on unless they would fill less than half the block slots (SMs × resident blocks): on
+# the H100 one wave of 128×256 wgmma tiles on 96 or 112 of 132 SMs (512×6144×4096, 128×28672×8192) beat
+# every split-K and smaller-tile entry by 1.5×, while CUDA-core tiles, 4 to an SM, still gain from splits
+IDLE_FRACTION = 2
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
 DTYPE_KEYS = ("float32", "tf32", "3xtf32", "float16", "bfloat16")
@@ -159,12 +163,16 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str]) -> 
                      f"{small} rows runs here")
     sm_count = gpu.sm_count or ASSUMED_SM_COUNT
     tiles = tiles_of(default, m, n)
-    if tiles < sm_count:
-        idle = f"{default.name}'s {tiles} tiles leave {sm_count - tiles} of {sm_count} SMs idle"
+    slots = sm_count * resident_blocks(default)  # blocks the GPU runs at once
+    if tiles * IDLE_FRACTION < slots:
+        idle = f"{default.name}'s {tiles} tiles fill {tiles / slots:.0%} of the {slots} block slots of {sm_count} SMs"
         deep = deep_k(m, n, k)
         if deep and usable["split_k"]:
-            return Decision(usable["split_k"][0].name, f"heuristic: {idle} and K = {k} is deep (K >= "
-                            f"{2 * MIN_K_PER_SPLIT} and K² >= M·N): split K", tuple(notes))
+            # the entry whose tiles waste the least of C (a 64-row tile for 16 rows computes 48 for nothing);
+            # list order breaks ties
+            best = min(usable["split_k"], key=lambda v: padded_area(v, m, n))
+            return Decision(best.name, f"heuristic: {idle} and K = {k} is deep (K >= {2 * MIN_K_PER_SPLIT} "
+                            f"and K² >= M·N): split K, on the tile that pads C least", tuple(notes))
         smaller = [v for v in usable["small_tile"] if tiles_of(v, m, n) > tiles]
         if smaller:
             filling = [v for v in smaller if tiles_of(v, m, n) >= sm_count]
@@ -184,6 +192,12 @@ def rows_of(v: Variant) -> int:
 def tiles_of(v: Variant, m: int, n: int) -> int:
     bm, bn = v.family.tile(v.params)
     return -(-m // bm) * -(-n // bn)
+
+
+def padded_area(v: Variant, m: int, n: int) -> int:
+    """Elements of C the variant's tiles cover, padding included."""
+    bm, bn = v.family.tile(v.params)
+    return -(-m // bm) * bm * -(-n // bn) * bn
 
 
 def deep_k(m: int, n: int, k: int) -> bool:
@@ -240,6 +254,7 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Gpu", "Decision", "PRECISIONS", "defaults_key", "dtype_key", "candidates", "why_not", "first_default", "choose", "explain",
-           "gpu_of", "describe_gpu", "rows_of", "tiles_of", "deep_k", "table_from_results", "format_table",
+__all__ = ["Gpu", "Decision", "PRECISIONS", "defaults_key", "dtype_key", "candidates", "why_not", "first_default",
+           "choose", "explain",
+           "gpu_of", "describe_gpu", "rows_of", "tiles_of", "padded_area", "deep_k", "table_from_results", "format_table",
            "SKINNY_MAX", "TABLE_REACH"]

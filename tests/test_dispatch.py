@@ -178,14 +178,22 @@ def test_unrunnable_candidates_fall_through(roles):
 
 def test_the_shipped_candidates_route_each_kind_of_shape():
     """With no table, a Hopper GPU's shapes go where the heuristic's rules say: decode-style products to a
-    skinny kernel, small M·N with deep K to split-K, big products to the big-tile default."""
+    skinny kernel (a few rows; at 8 and 16 rows the 16-bit skinny kernels lost to split-K on the H100),
+    small M·N with deep K to split-K on the tile that pads C least, big products to the big-tile default,
+    which also keeps a single wave that fills at least half the GPU."""
     hopper = Gpu("unknown GPU", 90)
     for key in ("float32", "tf32", "float16", "bfloat16"):
         assert registry.lookup(dispatch.choose(hopper, key, 1, 4096, 4096).variant).family.name == "skinny"
-        assert registry.lookup(dispatch.choose(hopper, key, 4096, 8, 4096).variant).family.name == "skinny"
+        assert registry.lookup(dispatch.choose(hopper, key, 4096, 4, 4096).variant).family.name == "skinny"
         assert registry.lookup(dispatch.choose(hopper, key, 128, 4096, 11008).variant).family.split_k
         assert dispatch.choose(hopper, key, 8192, 8192, 8192).variant == dispatch.first_default(key, 90)
         assert dispatch.first_default(key, 90) == api.DEFAULTS[key][0]
+    for key in ("float16", "bfloat16"):
+        sixteen = registry.lookup(dispatch.choose(hopper, key, 16, 4096, 4096).variant)
+        assert sixteen.family.split_k and sixteen.family.max_rows is None
+        assert dispatch.choose(hopper, key, 512, 6144, 4096).variant == dispatch.first_default(key, 90)
+    sixteen = registry.lookup(dispatch.choose(hopper, "float32", 16, 4096, 4096).variant)
+    assert sixteen.family.tile(sixteen.params) == (32, 64)  # the split-K tile that pads 16 rows least
     # 3xTF32 (precision="3xtf32" only) has no split-K kernel: its big-tile entry, or exact fp32 for decode
     assert registry.lookup(dispatch.choose(hopper, "3xtf32", 128, 4096, 11008).variant).acc == "3xtf32"
     assert registry.lookup(dispatch.choose(hopper, "3xtf32", 1, 4096, 4096).variant).family.name == "skinny"
