@@ -1,4 +1,5 @@
 // ---- wgmma (sm_90a): warpgroup matrix multiply-accumulate from shared-memory descriptors ------------
+{% from "common/wgmma_asm.cuh" import acc_registers, acc_constraints %}
 // Needs BN (the instruction's N) and DTYPE in the render context: the instruction's operand list has
 // BN / 2 accumulator registers, written out below, since inline PTX cannot take a register array.
 // 16-bit inputs (f16, bf16) run m64nBNk16 with A K-major and B N-major (the transpose bit); float32
@@ -55,18 +56,13 @@ __device__ __forceinline__ void wgmma_async(float (&d)[{{ NACC }}], unsigned lon
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %{{ NACC + 2 }}, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n{{ BN }}k{{ WK }}.f32.{{ AB }}.{{ AB }}\n {"
-{% for i in range(0, NACC, 16) %}
-        "{% for j in range(i, i + 16) %}%{{ j }}{{ ', ' if j + 1 < NACC else '' }}{% endfor %}"
-{% endfor %}
+{{ acc_registers(NACC) | trim("\n") }}
 {% if DTYPE == "float32" %}
         "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1;\n}\n"
 {% else %}
         "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1, 0, 1;\n}\n"
 {% endif %}
-{% for i in range(0, NACC, 8) %}
-        {{ ':' if i == 0 else ',' }} {% for j in range(i, i + 8) %}"+f"(d[{{ j }}]){{ ', ' if j % 8 != 7 else '' }}{% endfor %}
-
-{% endfor %}
+{{ acc_constraints(NACC) | trim("\n") }}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 

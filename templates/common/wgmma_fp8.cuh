@@ -1,4 +1,5 @@
 // ---- fp8 wgmma (sm_90a): m64nNk32, N = INSTR_N, from shared-memory descriptors, fp32 accumulators ---
+{% from "common/wgmma_asm.cuh" import acc_registers, acc_constraints %}
 // Needs INSTR_N (the instruction's N), FORMAT_A and FORMAT_B (0 = e4m3, 1 = e5m2) in the render context.
 // fp8 wgmma has no transpose bit: A and B are both K-major (rows of K contiguous bytes) in shared memory.
 // The descriptors, fences, commit/wait and setmaxnreg come from common/wgmma.cuh.
@@ -18,13 +19,8 @@ __device__ __forceinline__ void wgmma_fp8_async(float (&d)[{{ NACC }}], unsigned
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %{{ NACC + 2 }}, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n{{ INSTR_N }}k32.f32.{{ FMT[FORMAT_A] }}.{{ FMT[FORMAT_B] }}\n {"
-{% for i in range(0, NACC, 16) %}
-        "{% for j in range(i, [i + 16, NACC] | min) %}%{{ j }}{{ ', ' if j + 1 < NACC else '' }}{% endfor %}"
-{% endfor %}
+{{ acc_registers(NACC) | trim("\n") }}
         "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1;\n}\n"
-{% for i in range(0, NACC, 8) %}
-        {{ ':' if i == 0 else ',' }} {% for j in range(i, [i + 8, NACC] | min) %}"+f"(d[{{ j }}]){{ ', ' if j % 8 != 7 and j + 1 < NACC else '' }}{% endfor %}
-
-{% endfor %}
+{{ acc_constraints(NACC) | trim("\n") }}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }

@@ -1,4 +1,5 @@
 // ---- wgmma with A from registers (sm_90a), tf32 ----------------------------------------------------
+{% from "common/wgmma_asm.cuh" import acc_registers, acc_constraints %}
 // Needs BN (the instruction's N) in the render context, like common/wgmma.cuh.
 {% set NACC = BN // 2 %}
 // D(64×{{ BN }}, fp32) = A(64×8) · B(8×{{ BN }}) + (accumulate ? D : 0) with A's tf32 fragment in four
@@ -10,13 +11,8 @@ __device__ __forceinline__ void wgmma_rs_async(float (&d)[{{ NACC }}], const uns
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %{{ NACC + 5 }}, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n{{ BN }}k8.f32.tf32.tf32\n {"
-{% for i in range(0, NACC, 16) %}
-        "{% for j in range(i, [i + 16, NACC] | min) %}%{{ j }}{{ ', ' if j + 1 < NACC else '' }}{% endfor %}"
-{% endfor %}
+{{ acc_registers(NACC) | trim("\n") }}
         "},\n { %{{ NACC }}, %{{ NACC + 1 }}, %{{ NACC + 2 }}, %{{ NACC + 3 }} }, %{{ NACC + 4 }}, p, 1, 1;\n}\n"
-{% for i in range(0, NACC, 8) %}
-        {{ ':' if i == 0 else ',' }} {% for j in range(i, [i + 8, NACC] | min) %}"+f"(d[{{ j }}]){{ ', ' if j % 8 != 7 and j + 1 < NACC else '' }}{% endfor %}
-
-{% endfor %}
+{{ acc_constraints(NACC) | trim("\n") }}
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
