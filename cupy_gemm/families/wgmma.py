@@ -100,17 +100,23 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
     )
 
 
-_COMMON = dict(
-    template="wgmma.cu.j2",
+# what every warp-specialised Hopper family shares (this one, wgmma_3xtf32, wgmma_fp8): a producer
+# warpgroup and CONSUMERS consumer warpgroups over a BM×BN tile, persistent, sm_90a only
+WARP_SPECIALISED = dict(
     threads=lambda p: 128 * (p["CONSUMERS"] + 1),
     tile=lambda p: (p["BM"], p["BN"]),
+    min_cc=lambda p, dtype, acc: 90,
+    needs_sm90a=True,
+    persistent=1,
+)
+
+_COMMON = dict(
+    **WARP_SPECIALISED,
+    template="wgmma.cu.j2",
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // CUDA_TYPES[dtype][1],
     rules=(_rule_tiles, _rule_registers),
     abi="tma",
-    min_cc=lambda p, dtype, acc: 90,
-    needs_sm90a=True,
-    persistent=1,
     make_args=make_args,
     split_k=True,
     renamed=RENAMED_BLOCK_SWIZZLE,

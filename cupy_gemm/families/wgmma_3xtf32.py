@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
-from .wgmma import C_BOX_ROWS, SWIZZLE_BYTES, make_args
+from .wgmma import C_BOX_ROWS, SWIZZLE_BYTES, WARP_SPECIALISED, make_args
 from .wgmma import _rule_tiles as rule_tiles  # the same tile rules and words as the TF32 family
 
 FP32_BYTES = 4
@@ -58,16 +58,12 @@ WGMMA_3XTF32 = Family(
              "(round to nearest) instead of accumulated by the tensor cores (round toward zero)", 1),
     ),
     dtypes={"float32": ("3xtf32",)},
+    **WARP_SPECIALISED,
     b_layout="col",
-    threads=lambda p: 128 * (p["CONSUMERS"] + 1),
-    tile=lambda p: (p["BM"], p["BN"]),
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // FP32_BYTES,
     rules=(rule_tiles, _rule_registers),
     abi="tma",
-    min_cc=lambda p, dtype, acc: 90,
-    needs_sm90a=True,
-    persistent=1,
     make_args=make_args,
     renamed=RENAMED_BLOCK_SWIZZLE,
 )

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
+from .wgmma import WARP_SPECIALISED
 
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128
@@ -100,14 +101,10 @@ WGMMA_FP8 = Family(
         block_swizzle_param(2048),
     ),
     dtypes={"bfloat16": ("float32",), "float16": ("float32",), "float32": ("float32",)},
-    threads=lambda p: 128 * (p["CONSUMERS"] + 1),
-    tile=lambda p: (p["BM"], p["BN"]),
+    **WARP_SPECIALISED,
     smem_bytes=smem_bytes,
     rules=(_rule_tiles, _rule_formats, _rule_promotion),
     abi="scaled",
-    min_cc=lambda p, dtype, acc: 90,
-    needs_sm90a=True,
-    persistent=1,
     make_args=make_args,
     renamed={**RENAMED_BLOCK_SWIZZLE, "WN": "INSTR_N"},
 )
