@@ -1,0 +1,201 @@
+"""Fused epilogues: what happens to each element of C between the accumulator and the store.
+
+An Epilogue is a sequence of steps, each `y = <expression>` in CUDA over
+  x        the value so far (alpha·acc + beta·C for the first step, the previous step's y after),
+  i, j     the element's row and column in C,
+  names    extra operands the caller declares, each read as `name[i]` (one value per row), `name[j]`
+           (per column), `name[i, j]` (a whole M×N matrix) or `name` (a scalar, passed by value).
+The built-in steps (bias, activations, scales, clamp) are such expressions too. A user's expression is
+checked token by token before anything renders: only x, i, j, the declared names indexed as declared, the
+math functions in FUNCTIONS, numbers, operators and parentheses. No statements, no assignment but the
+leading `y =`, no comments, strings, braces or preprocessor lines, so nothing escapes the expression.
+`render()` gives one __device__ function and the parameter struct it reads; the rendered text is part of
+the kernel source, which is the compile cache's key, so each distinct epilogue compiles once.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+KINDS = ("row", "col", "full", "scalar")  # how an operand is indexed: name[i], name[j], name[i, j], name
+FUNCTIONS = frozenset({
+    "expf", "logf", "log1pf", "expm1f", "tanhf", "erff", "erfcf", "sqrtf", "rsqrtf", "fabsf", "fminf", "fmaxf",
+    "powf", "sinf", "cosf", "floorf", "ceilf", "roundf", "truncf", "copysignf", "fmaf", "normcdff",
+})
+RESERVED = frozenset({"x", "i", "j", "y"}) | FUNCTIONS
+
+# built-in steps: name -> (expression, operands it needs as {placeholder: kind})
+BUILTINS = {
+    "relu": ("fmaxf(x, 0.0f)", {}),
+    "gelu": ("0.5f * x * (1.0f + erff(x * 0.70710678118654752f))", {}),
+    "gelu_tanh": ("0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)))", {}),
+    "silu": ("x / (1.0f + expf(-x))", {}),
+    "sigmoid": ("1.0f / (1.0f + expf(-x))", {}),
+}
+
+_TOKEN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<number>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?[fF]?)
+  | (?P<name>[A-Za-z_]\w*)
+  | (?P<op>&&|\|\||<=|>=|==|!=|[-+*/%<>!?:(),\[\]])
+""", re.X)
+
+
+class EpilogueError(ConfigError):
+    """An epilogue that cannot be rendered: an unknown name, a statement, an operand indexed wrongly."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    kind: str  # one of KINDS
+
+    @property
+    def cuda_type(self) -> str:
+        return "float" if self.kind == "scalar" else "const void*"
+
+
+@dataclass(frozen=True)
+class Step:
+    expression: str  # as written by the caller (whitespace normalised)
+    cuda: str  # operands rewritten to loads from the parameter struct
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    steps: tuple[Step, ...]
+    operands: tuple[Operand, ...]
+
+    def render(self) -> str:
+        """The parameter struct and `apply_epilogue(x, i, j, params)`, for templates/common/epilogue.cuh."""
+        fields = []
+        for op in self.operands:
+            if op.kind == "scalar":
+                fields.append(f"    float op_{op.name};")
+            else:  # any float dtype, read through to_float; the stride is in elements
+                fields += [f"    const void* op_{op.name};",
+                           f"    int op_{op.name}_dtype;  // 0 float32, 1 float16, 2 bfloat16",
+                           f"    long long op_{op.name}_ld;"]
+        body = [f"    x = {s.cuda};  // y = {s.expression}" for s in self.steps]
+        return "\n".join(["struct EpilogueParams {", *(fields or ["    int unused;"]), "};",
+                          "__device__ __forceinline__ float apply_epilogue(float x, int i, int j, "
+                          "const EpilogueParams& p) {", *body, "    return x;", "}"])
+
+
+def build(*steps: str, operands: dict[str, str] | None = None) -> Epilogue:
+    """An Epilogue from steps, each a built-in name ("relu", "gelu", …, see BUILTINS) or `y = <expr>`;
+    `operands` declares the extra names: {"bias": "col", "res": "full", "scale": "scalar", …}."""
+    declared = _declare(operands or {})
+    parsed = []
+    for text in steps:
+        if not isinstance(text, str):
+            raise EpilogueError(f"an epilogue step is a string, not {type(text).__name__}")
+        if text in BUILTINS:
+            expression = BUILTINS[text][0]
+        else:
+            m = re.fullmatch(r"\s*y\s*=(?!=)(.*)", text, re.S)
+            if not m:
+                hint = difflib.get_close_matches(text, list(BUILTINS), n=1)
+                raise EpilogueError(f"epilogue step {text!r}: neither a built-in ({', '.join(BUILTINS)})"
+                                    f"{f'; did you mean {hint[0]!r}?' if hint else ''} nor 'y = <expression>'")
+            expression = m.group(1)
+        parsed.append(Step(" ".join(expression.split()), _translate(expression, declared)))
+    if not parsed:
+        raise EpilogueError("an epilogue needs at least one step")
+    used = {name for s in parsed for name in re.findall(r"\bp\.op_([A-Za-z]\w*?)(?:_ld|_dtype)?\b", s.cuda)}
+    unused = [op.name for op in declared.values() if op.name not in used]
+    if unused:
+        raise EpilogueError(f"operands declared but never read: {', '.join(unused)}")
+    return Epilogue(tuple(parsed), tuple(declared.values()))
+
+
+def _declare(operands: dict[str, str]) -> dict[str, Operand]:
+    out = {}
+    for name, kind in operands.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name) or name.startswith("__"):
+            raise EpilogueError(f"operand name {name!r}: a C identifier (letters, digits, _), not starting with __")
+        if name in RESERVED:
+            raise EpilogueError(f"operand name {name!r} is taken (x, i, j, y and the math functions are)")
+        if kind not in KINDS:
+            raise EpilogueError(f"operand {name!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        out[name] = Operand(name, kind)
+    return out
+
+
+def _tokens(expression: str):
+    at = 0
+    while at < len(expression):
+        m = _TOKEN.match(expression, at)
+        if not m:
+            raise EpilogueError(f"epilogue expression {expression.strip()!r}: {expression[at]!r} at column "
+                                f"{at + 1} is not allowed (only names, numbers, operators and parentheses)")
+        at = m.end()
+        if m.lastgroup != "space":
+            yield m.lastgroup, m.group()
+
+
+def _translate(expression: str, declared: dict[str, Operand]) -> str:
+    """The expression with each operand read rewritten as a load; raises on anything outside the grammar."""
+    tokens = list(_tokens(expression))
+    if not tokens:
+        raise EpilogueError("an empty epilogue expression")
+    out, depth, k = [], 0, 0
+    while k < len(tokens):
+        kind, text = tokens[k]
+        if kind == "name":
+            if text in declared:
+                loaded, k = _operand_read(declared[text], tokens, k, expression)
+                out.append(loaded)
+                continue
+            if text in FUNCTIONS:
+                if k + 1 >= len(tokens) or tokens[k + 1][1] != "(":
+                    raise EpilogueError(f"{text} is a function: call it, {text}(…)")
+            elif text not in ("x", "i", "j"):
+                known = ["x", "i", "j", *declared, *FUNCTIONS]
+                hint = difflib.get_close_matches(text, known, n=1)
+                raise EpilogueError(f"epilogue expression {expression.strip()!r}: unknown name {text!r}"
+                                    f"{f'; did you mean {hint[0]!r}?' if hint else ''} (declare extra operands "
+                                    f"with operands={{name: kind}})")
+        elif kind == "number" and not text[-1] in "fF" and re.search(r"[.eE]", text):
+            text += "f"  # a float literal: single precision, as the rest of the epilogue
+        elif text in ("[", "]"):
+            raise EpilogueError(f"epilogue expression {expression.strip()!r}: only declared operands are indexed")
+        elif text == "(":
+            depth += 1
+        elif text == ")":
+            depth -= 1
+            if depth < 0:
+                raise EpilogueError(f"epilogue expression {expression.strip()!r}: unbalanced ')'")
+        out.append(text)
+        k += 1
+    if depth:
+        raise EpilogueError(f"epilogue expression {expression.strip()!r}: unbalanced parentheses")
+    return " ".join(out)
+
+
+_INDEX = {"row": ["i"], "col": ["j"], "full": ["i", ",", "j"]}
+# struct fields carry an op_ prefix, so no operand name can collide with a CUDA keyword, type or helper
+_LOAD = {"row": "load_operand(p.op_{n}, p.op_{n}_dtype, (long long)i * p.op_{n}_ld)",
+         "col": "load_operand(p.op_{n}, p.op_{n}_dtype, (long long)j * p.op_{n}_ld)",
+         "full": "load_operand(p.op_{n}, p.op_{n}_dtype, offset(i, j, p.op_{n}_ld))"}  # C's layout
+
+
+def _operand_read(op: Operand, tokens, k: int, expression: str) -> tuple[str, int]:
+    """The load for `op` at tokens[k], and the index after its subscript."""
+    if op.kind == "scalar":
+        if k + 1 < len(tokens) and tokens[k + 1][1] == "[":
+            raise EpilogueError(f"{op.name} is a scalar: write {op.name}, not {op.name}[…]")
+        return f"p.op_{op.name}", k + 1
+    want = _INDEX[op.kind]
+    end = k + 2 + len(want)  # the closing bracket's place
+    if not (k + 1 < len(tokens) and tokens[k + 1][1] == "[" and [t for _, t in tokens[k + 2:end]] == want
+            and end < len(tokens) and tokens[end][1] == "]"):
+        raise EpilogueError(f"epilogue expression {expression.strip()!r}: {op.name} is a {op.kind} operand, "
+                            f"read as {op.name}[{', '.join(w for w in want if w != ',')}]")
+    return _LOAD[op.kind].format(n=op.name), k + 3 + len(want)
