@@ -16,9 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import InputError
 
 MAX_BATCH_DIMS = 3  # batch dimensions a kernel unravels (the grid's z index, or the scheduler's)
+# templates/common/batch.cuh's BatchArgs, byte for byte: passed to the kernel by value
+BATCH_ARGS_DTYPE = np.dtype({"names": ["count", "shape", "a", "b", "c"],
+                             "formats": ["<i4", ("<i4", 3), ("<i8", 3), ("<i8", 3), ("<i8", 3)],
+                             "offsets": [0, 4, 16, 40, 64], "itemsize": 88})
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,21 @@ class BatchPlan:
     @property
     def fits(self) -> bool:
         return len(self.shape) <= MAX_BATCH_DIMS
+
+    def kernel_args(self, swapped: bool = False) -> np.ndarray:
+        """The BatchArgs a batched kernel takes, as a (1,)-array of 88 bytes passed by value. swapped: the
+        kernel computes Cᵀ = Bᵀ·Aᵀ, so its A is b and its B is a."""
+        if not self.fits:
+            raise InputError(f"a batch of {len(self.shape)} dimensions that do not merge (shape {self.shape}) "
+                             f"is more than a kernel addresses ({MAX_BATCH_DIMS})")
+        pad = MAX_BATCH_DIMS - len(self.shape)
+        args = np.zeros(1, BATCH_ARGS_DTYPE)
+        args["count"] = self.count
+        args["shape"] = (1,) * pad + self.shape
+        a, b = (self.b_strides, self.a_strides) if swapped else (self.a_strides, self.b_strides)
+        for field, strides in (("a", a), ("b", b), ("c", self.c_strides)):
+            args[field] = (0,) * pad + strides
+        return args.view(np.dtype((np.void, BATCH_ARGS_DTYPE.itemsize)))
 
     def offsets(self, index: int) -> tuple[int, int, int]:
         """Element offsets of batch member `index` in a, b and C: what the kernel computes per member."""

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from .errors import ConfigError
 
@@ -71,21 +73,103 @@ class Step:
 class Epilogue:
     steps: tuple[Step, ...]
     operands: tuple[Operand, ...]
+    swapped: bool = False  # the kernel computes Cᵀ = Bᵀ·Aᵀ: its (row, col) is the caller's (j, i)
 
-    def render(self) -> str:
-        """The parameter struct and `apply_epilogue(x, i, j, params)`, for templates/common/epilogue.cuh."""
-        fields = []
+    def __str__(self) -> str:
+        return "; ".join(f"y = {s.expression}" for s in self.steps)
+
+    def transposed(self, swapped: bool = True) -> "Epilogue":
+        """The same epilogue for a kernel that computes Cᵀ (the caller's i and j stay as written)."""
+        return replace(self, swapped=swapped)
+
+    def fields(self) -> list[tuple[str, str, str]]:
+        """(C type, field, NumPy format) of EpilogueParams, in order; render() and pack() share it."""
+        out = []
         for op in self.operands:
             if op.kind == "scalar":
-                fields.append(f"    float op_{op.name};")
-            else:  # any float dtype, read through to_float; the stride is in elements
-                fields += [f"    const void* op_{op.name};",
-                           f"    int op_{op.name}_dtype;  // 0 float32, 1 float16, 2 bfloat16",
-                           f"    long long op_{op.name}_ld;"]
+                out.append(("float", f"op_{op.name}", "<f4"))
+            else:  # any float dtype, read through load_operand; strides in elements along i and j
+                out += [("const void*", f"op_{op.name}", "<u8"), ("long long", f"op_{op.name}_si", "<i8"),
+                        ("long long", f"op_{op.name}_sj", "<i8"), ("int", f"op_{op.name}_dtype", "<i4")]
+        return out or [("int", "unused", "<i4")]
+
+    def struct_dtype(self) -> np.dtype:
+        """EpilogueParams as NumPy lays it out: natural alignment, as the C compiler does."""
+        fields = self.fields()
+        return np.dtype({"names": [f for _, f, _ in fields], "formats": [t for _, _, t in fields]}, align=True)
+
+    def render(self) -> str:
+        """The parameter struct and `apply_epilogue(x, row, col, p)`, for templates/common/epilogue.cuh."""
+        fields = [f"    {ctype} {name};" for ctype, name, _ in self.fields()]
+        dtype = self.struct_dtype()  # pack() lays the struct out so: the compiler must agree
+        # pack() lays the struct out by natural alignment, as the compiler does; the size checks that
+        layout = [f"static_assert(sizeof(EpilogueParams) == {self.struct_dtype().itemsize}, "
+                  f"\"EpilogueParams as cupy_gemm/epilogue.py packs it\");"]
+        i, j = ("col", "row") if self.swapped else ("row", "col")
         body = [f"    x = {s.cuda};  // y = {s.expression}" for s in self.steps]
-        return "\n".join(["struct EpilogueParams {", *(fields or ["    int unused;"]), "};",
-                          "__device__ __forceinline__ float apply_epilogue(float x, int i, int j, "
-                          "const EpilogueParams& p) {", *body, "    return x;", "}"])
+        return "\n".join(["struct EpilogueParams {", *fields, "};", *layout,
+                          "__device__ __forceinline__ float apply_epilogue(float x, int row, int col, "
+                          "const EpilogueParams& p) {", f"    const long long i = {i}, j = {j};", *body,
+                          "    return x;", "}"])
+
+    def pack(self, values: dict, m: int, n: int) -> np.ndarray:
+        """The EpilogueParams for these operand values (CuPy arrays, or numbers for scalars) of an m×n
+        product in the caller's orientation, as a (1,)-array passed by value. Checks shapes and dtypes:
+        a row operand has m elements, a column one n, a full one broadcasts to (m, n)."""
+        dtype = self.struct_dtype()
+        packed = np.zeros(1, dtype)
+        missing = [op.name for op in self.operands if op.name not in values]
+        extra = sorted(set(values) - {op.name for op in self.operands})
+        if missing or extra:
+            raise EpilogueError(f"the epilogue reads {', '.join(op.name for op in self.operands) or 'no operands'}"
+                                f"; {'missing ' + ', '.join(missing) if missing else ''}"
+                                f"{'; ' if missing and extra else ''}{'not read: ' + ', '.join(extra) if extra else ''}")
+        for op in self.operands:
+            value = values[op.name]
+            if op.kind == "scalar":
+                packed[f"op_{op.name}"] = _scalar(op.name, value)
+                continue
+            si, sj = _strides(op, value, m, n)
+            packed[f"op_{op.name}"] = value.data.ptr
+            packed[f"op_{op.name}_si"], packed[f"op_{op.name}_sj"] = si, sj
+            packed[f"op_{op.name}_dtype"] = OPERAND_DTYPES[value.dtype.name]
+        return packed.view(np.dtype((np.void, dtype.itemsize)))
+
+
+OPERAND_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2}  # load_operand's codes
+
+
+def _scalar(name: str, value) -> float:
+    if hasattr(value, "shape") and getattr(value, "ndim", 0) == 0 and not isinstance(value, np.generic):
+        raise EpilogueError(f"scalar operand {name!r}: pass a Python or NumPy number (a 0-d GPU array would "
+                            f"need a synchronising copy)")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise EpilogueError(f"scalar operand {name!r}: a number, not {type(value).__name__}") from None
+
+
+def _strides(op: Operand, value, m: int, n: int) -> tuple[int, int]:
+    """Element strides along the caller's i and j of a row, column or full operand (0: broadcast)."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(getattr(value, "dtype", None), "name", None)
+    if shape is None or not hasattr(value, "data") or not hasattr(value.data, "ptr"):
+        raise EpilogueError(f"operand {op.name!r}: a CuPy array, not {type(value).__name__}")
+    if dtype not in OPERAND_DTYPES:
+        raise EpilogueError(f"operand {op.name!r}: float32, float16 or bfloat16, not {dtype}")
+    step = [s // value.itemsize for s in value.strides]
+    if op.kind in ("row", "col"):
+        want = m if op.kind == "row" else n
+        if len(shape) != 1 or shape[0] not in (want, 1):
+            raise EpilogueError(f"{op.kind} operand {op.name!r}: shape ({want},) (one value per "
+                                f"{'row' if op.kind == 'row' else 'column'} of the {m}×{n} result), not {shape}")
+        stride = 0 if shape[0] == 1 else step[0]
+        return (stride, 0) if op.kind == "row" else (0, stride)
+    if len(shape) > 2 or any(s not in (w, 1) for s, w in zip(shape[::-1], (n, m))):
+        raise EpilogueError(f"full operand {op.name!r}: shape {shape} does not broadcast to the {m}×{n} result")
+    full = [1] * (2 - len(shape)) + list(shape)
+    step = [0] * (2 - len(step)) + step
+    return tuple(0 if size == 1 else st for size, st in zip(full, step))
 
 
 def build(*steps: str, operands: dict[str, str] | None = None) -> Epilogue:
@@ -108,7 +192,7 @@ def build(*steps: str, operands: dict[str, str] | None = None) -> Epilogue:
         parsed.append(Step(" ".join(expression.split()), _translate(expression, declared)))
     if not parsed:
         raise EpilogueError("an epilogue needs at least one step")
-    used = {name for s in parsed for name in re.findall(r"\bp\.op_([A-Za-z]\w*?)(?:_ld|_dtype)?\b", s.cuda)}
+    used = {name for s in parsed for name in re.findall(r"\bp\.op_([A-Za-z]\w*?)(?:_si|_sj|_dtype)?\b", s.cuda)}
     unused = [op.name for op in declared.values() if op.name not in used]
     if unused:
         raise EpilogueError(f"operands declared but never read: {', '.join(unused)}")
@@ -181,9 +265,9 @@ def _translate(expression: str, declared: dict[str, Operand]) -> str:
 
 _INDEX = {"row": ["i"], "col": ["j"], "full": ["i", ",", "j"]}
 # struct fields carry an op_ prefix, so no operand name can collide with a CUDA keyword, type or helper
-_LOAD = {"row": "load_operand(p.op_{n}, p.op_{n}_dtype, (long long)i * p.op_{n}_ld)",
-         "col": "load_operand(p.op_{n}, p.op_{n}_dtype, (long long)j * p.op_{n}_ld)",
-         "full": "load_operand(p.op_{n}, p.op_{n}_dtype, offset(i, j, p.op_{n}_ld))"}  # C's layout
+_LOAD = {"row": "load_operand(p.op_{n}, p.op_{n}_dtype, i * p.op_{n}_si)",
+         "col": "load_operand(p.op_{n}, p.op_{n}_dtype, j * p.op_{n}_sj)",
+         "full": "load_operand(p.op_{n}, p.op_{n}_dtype, i * p.op_{n}_si + j * p.op_{n}_sj)"}
 
 
 def _operand_read(op: Operand, tokens, k: int, expression: str) -> tuple[str, int]:

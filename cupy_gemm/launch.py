@@ -14,6 +14,7 @@ from .registry import Variant
 from .render import KERNEL_NAME
 
 MAX_GRID_X = 2**31 - 1
+MAX_GRID_Z = 65535  # a larger batch loops over blockIdx.z
 MAX_SPLITS = 32
 MIN_K_PER_SPLIT = 256  # below this a split's partial tile costs more traffic than its K slice saves
 # The split-K cost model (k_splits) estimates a launch's time in ns from what one SM and the memory can
@@ -43,6 +44,7 @@ class LaunchConfig:
     tiles: int  # C tiles of the problem (= grid blocks unless the family is persistent or splits K)
     splits: int = 1  # blocks sharing a C tile along K (split_k families)
     workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
+    batch: int = 1  # members of a batched launch (tiles counts every member's)
 
 
 def resident_blocks(variant: Variant, registers: int | None = None) -> int:
@@ -117,23 +119,28 @@ def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
 
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
-                  registers: int | None = None) -> LaunchConfig:
-    """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed)."""
+                  registers: int | None = None, batch: int = 1) -> LaunchConfig:
+    """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed).
+    batch: members of a batched launch (a variant rendered with batched=True); their tiles fill the GPU
+    together, and the split-K workspace holds a counter and partials for every member's tiles."""
     fam, p = variant.family, variant.params
     if fam.max_rows is not None and m > fam.max_rows(p):
         raise InputError(f"{variant.name} serves at most {fam.max_rows(p)} rows of C; got M={m}")
+    if batch != 1 and not variant.batched:
+        raise InputError(f"a batch of {batch} needs the variant rendered for batches (with_extras(batched=True))")
     bm, bn = fam.tile(p)
-    tiles = -(-m // bm) * -(-n // bn)
-    if tiles > MAX_GRID_X:
-        raise InputError(f"{m}×{n} needs {tiles} tiles of {bm}×{bn}, more than a grid can hold "
-                         f"({MAX_GRID_X}); use a variant with a larger tile")
+    member_tiles = -(-m // bm) * -(-n // bn)
+    tiles = member_tiles * batch
+    if member_tiles > MAX_GRID_X or (fam.persistent and tiles > MAX_GRID_X):
+        raise InputError(f"{m}×{n}{f' × {batch} members' if batch > 1 else ''} needs {tiles} tiles of "
+                         f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
     splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
-    grid = (tiles, splits, 1)
+    grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
     if fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
     workspace = split_k_workspace(tiles, splits, bm * bn) if fam.split_k else 0
     return LaunchConfig(grid=grid, block=(fam.threads(p), 1, 1), smem=fam.smem_bytes(p, variant.dtype, variant.acc),
-                        tiles=tiles, splits=splits, workspace=workspace)
+                        tiles=tiles, splits=splits, workspace=workspace, batch=batch)
 
 
 def compute_capability(device) -> int:
@@ -144,7 +151,8 @@ _loaded: dict[tuple, tuple[object, Compiled]] = {}
 
 
 def _identity(variant: Variant, device) -> tuple:
-    return (variant.family.name, variant.name, variant.dtype, variant.acc, tuple(variant.params.items()), device.id)
+    return (variant.family.name, variant.name, variant.dtype, variant.acc, tuple(variant.params.items()),
+            variant.batched, variant.epilogue, device.id)
 
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
@@ -238,6 +246,7 @@ class Launch:
     variant: Variant
     device: object
     geometry: tuple  # (m, n, k, lda, ldb, ldc, alpha, beta) the arguments were made for
+    batch: object = None  # the batching.BatchPlan of a batched launch (TMA families' maps address it)
 
     def __call__(self):
         self.launch(self.args)
@@ -257,8 +266,19 @@ class Launch:
         make_args = self.variant.family.make_args
         if make_args is None:
             return (A, B, C) + self.args[POINTER_SLOTS:]
-        head = launchable(make_args(self.variant, A, B, C, *self.geometry))
-        return head + self.args[len(head):]  # the split-K tail (splits, and a null workspace for one) stays
+        head = launchable(make_args(self.variant, A, B, C, *self.geometry, **_batch_kw(self.batch)))
+        return head + self.args[len(head):]  # BatchArgs, EpilogueParams and the split-K tail stay
+
+    def with_epilogue(self, params) -> tuple:
+        """self.args with another EpilogueParams (the epilogue's operands at other addresses)."""
+        at = self.args_epilogue
+        return self.args[:at] + launchable((params,)) + self.args[at + 1:]
+
+    @property
+    def args_epilogue(self) -> int:
+        """The index of the EpilogueParams argument."""
+        split_tail = (2 if self.config.splits == 1 else 1) if self.variant.family.split_k else 0
+        return len(self.args) - split_tail - 1
 
 
 def launchable(args: tuple) -> tuple:
@@ -298,15 +318,30 @@ def sm_count(device) -> int:
     return _sm_counts[device.id]
 
 
-def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> Launch:
+def _batch_kw(batch) -> dict:
+    return {} if batch is None else {"batch": batch}
+
+
+def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, *, batch=None,
+            swapped: bool = False, epilogue_params=None) -> Launch:
     """Everything a launch needs, for operands already in the family's layout and alignment: a Launch,
-    which launches on CuPy's current stream when called."""
+    which launches on CuPy's current stream when called. batch: the batching.BatchPlan of a batched
+    variant (A, B and C are then member 0's; swapped: the kernel computes Cᵀ = Bᵀ·Aᵀ); epilogue_params:
+    the packed EpilogueParams of a variant with an epilogue."""
+    if variant.batched != (batch is not None) or (variant.epilogue is None) != (epilogue_params is None):
+        raise InputError(f"{variant.name}: a batched variant needs a batch plan and one with an epilogue its "
+                         f"parameters (and neither without)")
     kernel, compiled = load(variant, device)
     kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
-    cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers)
-    make_args = variant.family.make_args or (lambda v, *rest: pointer_args(*rest))
-    args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta))
+    cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers,
+                        1 if batch is None else batch.count)
+    make_args = variant.family.make_args or (lambda v, *rest, **kw: pointer_args(*rest))
+    args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, **_batch_kw(batch)))
+    if batch is not None:
+        args = (*args, *launchable((batch.kernel_args(swapped),)))
+    if epilogue_params is not None:
+        args = (*args, *launchable((epilogue_params,)))
     if variant.family.split_k:  # one split never touches the workspace; more get theirs at each launch
         args = (*args, *launchable((np.int32(cfg.splits),) + ((np.uintp(0),) if cfg.splits == 1 else ())))
-    return Launch(kernel, cfg, args, variant, device, (m, n, k, lda, ldb, ldc, alpha, beta))
+    return Launch(kernel, cfg, args, variant, device, (m, n, k, lda, ldb, ldc, alpha, beta), batch)
 

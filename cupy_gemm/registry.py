@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
@@ -50,6 +50,24 @@ class Variant:
     params: Mapping[str, int]
     notes: str = ""
     source_file: str = ""
+    # what a call adds to the catalogue entry (render.py puts both into the source, so each is its own
+    # compiled kernel): the batch index in the grid or scheduler (templates/common/batch.cuh), and a fused
+    # epilogue (cupy_gemm/epilogue.py). Neither is part of the name, the spec or a tuning entry.
+    batched: bool = False
+    epilogue: object = None  # an epilogue.Epilogue, or None
+
+    def with_extras(self, *, batched: bool = False, epilogue=None) -> "Variant":
+        """This variant rendered for a batch and/or with a fused epilogue, where its family has them."""
+        fam = self.family
+        if batched and not fam.batched:
+            raise ConfigError("batched", True, f"a family that runs batches ({', '.join(_with('batched'))}); "
+                              f"family {fam.name!r} does not", where=self.name)
+        if epilogue is not None and not fam.epilogue:
+            raise ConfigError("epilogue", str(epilogue), f"a family with fused epilogues "
+                              f"({', '.join(_with('epilogue'))}); family {fam.name!r} has none", where=self.name)
+        if (batched, epilogue) == (self.batched, self.epilogue):
+            return self
+        return replace(self, batched=batched, epilogue=epilogue)
 
     def runs_on(self, cc: int) -> bool:
         """Whether a GPU of compute capability `cc` (e.g. 90) can run this variant: new enough for the
@@ -80,6 +98,10 @@ def families() -> dict[str, Family]:
                 raise CatalogueError(f"family {fam.name!r} is defined twice")
             found[fam.name] = fam
     return found
+
+
+def _with(feature: str) -> list[str]:
+    return sorted(name for name, fam in families().items() if getattr(fam, feature))
 
 
 def family(name: str) -> Family:

@@ -41,6 +41,8 @@ def context(variant: Variant) -> dict:
         "SMEM_BYTES": fam.smem_bytes(variant.params, variant.dtype, variant.acc),
         "LAYOUT": fam.layout,
         "B_LAYOUT": fam.b_layout or fam.layout,
+        "BATCHED": int(variant.batched),  # templates/common/batch.cuh
+        "EPILOGUE": variant.epilogue.render() if variant.epilogue is not None else "",  # struct + apply_epilogue
     }
 
 

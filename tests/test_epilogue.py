@@ -42,7 +42,7 @@ def test_a_user_expression_with_every_kind_of_operand_compiles():
                operands={"scale": "scalar", "bias": "col", "res": "full", "rowscale": "row"})
     assert [op.name for op in ep.operands] == ["scale", "bias", "res", "rowscale"]
     assert "6.0f" in ep.steps[2].cuda  # float literals stay single precision
-    assert "offset(i, j, p.op_res_ld)" in ep.steps[2].cuda
+    assert "i * p.op_res_si + j * p.op_res_sj" in ep.steps[2].cuda
     _compile(ep)
 
 

@@ -97,6 +97,15 @@ class Family:
                 side of the product in M (swapping A and B: Cᵀ = Bᵀ·Aᵀ) and refuses a problem whose
                 M and N both exceed it, before anything launches. A dispatcher asks it which problems a
                 variant can serve: min(M, N) <= max_rows(params).
+    batched     the template runs a batch of products in one launch when rendered with BATCHED
+                (templates/common/batch.cuh): it takes a BatchArgs after its other arguments and before the
+                split-K ones, and finds its member in blockIdx.z (a loop over it when the batch is larger than
+                the grid) or, persistent, in its work units. TMA families get the batch in make_args'
+                `batch` too (their maps address it).
+    epilogue    the template applies a fused epilogue (cupy_gemm/epilogue.py) when rendered with one:
+                `apply_epilogue(x, i, j, epi)` on alpha·acc + beta·C of every element, once (after the
+                split-K reduction), where i, j are the element's row and column in the kernel's C; it
+                takes an EpilogueParams after the BatchArgs (if any) and before the split-K arguments.
     renamed     {old parameter name: its name now}: sweep grids, tuning entries, `--set` and `render(...)`
                 written with an old name still work (`canonical` maps them; giving both names is an error).
     """
@@ -123,6 +132,8 @@ class Family:
     split_k_min_k: int | None = None
     max_rows: Callable[[Mapping[str, int]], int] | None = None
     renamed: Mapping[str, str] = field(default_factory=dict)
+    batched: bool = False
+    epilogue: bool = False
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
