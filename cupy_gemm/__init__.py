@@ -13,9 +13,10 @@ from .measure.tune import tune
 from .scaled import dequantize, quantize, scaled_mm, scaled_plan
 from .errors import (CatalogueError, CompileError, CompilerNotFoundError, ConfigError, CupyGemmError,
                      DeviceError, DTypeError, InputError, UnknownVariantError)
+from .epilogue import EpilogueError
 from .version import __version__
 
 __all__ = ["matmul", "gemm", "scaled_mm", "scaled_plan", "quantize", "dequantize", "tune", "plan", "Plan", "get",
            "Kernel", "variants", "render", "default_variant", "CUBLAS",
            "CupyGemmError", "ConfigError", "CatalogueError", "CompileError", "CompilerNotFoundError",
-           "DeviceError", "DTypeError", "InputError", "UnknownVariantError"]
+           "DeviceError", "DTypeError", "InputError", "UnknownVariantError", "EpilogueError"]

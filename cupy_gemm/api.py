@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from functools import lru_cache, partial
+
+from . import batched, devices, dispatch, launch, operands, prepared, registry, tuning
 from . import compile as _compile
-from . import devices, dispatch, launch, operands, prepared, registry, tuning
+from . import epilogue as _epilogue
 from .errors import ConfigError, DeviceError, DTypeError, InputError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
@@ -132,7 +135,9 @@ def _one_of(variant, precision) -> None:
                          f"precision={precision!r}): a variant fixes its own precision")
 
 
-def _resolve_variant(variant, problem: operands.Problem, precision: str | None = None) -> Variant | str:
+def _resolve_variant(variant, problem: operands.Problem, precision: str | None = None, needs=()) -> Variant | str:
+    """needs: Family flags ("batched", "epilogue") the call uses; the default's choice falls back to the
+    first entry of the dtype's big-tile list that has them (a variant the caller names is checked later)."""
     key = defaults_key(problem.dtype.name, precision)
     if isinstance(variant, Kernel):
         variant = variant.variant
@@ -142,6 +147,8 @@ def _resolve_variant(variant, problem: operands.Problem, precision: str | None =
         gpu = dispatch.gpu_of(problem.device_id)
         _check_3xtf32(key, gpu.cc)
         variant = dispatch.choose(gpu, key, problem.m, problem.n, problem.k).variant
+        if not all(getattr(variant.family, need) for need in needs):
+            variant = dispatch.first_default(key, gpu.cc, needs)
     if isinstance(variant, str):
         if variant == CUBLAS:
             return CUBLAS
@@ -199,21 +206,65 @@ def _given(variant, a, b, c, out, beta, precision=None):
     return variant
 
 
-def matmul(a, b, *, variant=None, out=None, precision=None):
-    """a @ b for 2-D CuPy arrays, like cupy.matmul. variant: a catalogue name, "cublas", "auto", a
+def matmul(a, b, *, variant=None, out=None, precision=None, epilogue=None, operands=None, bias=None,
+           activation=None):
+    """a @ b for CuPy arrays, like cupy.matmul: 2-D, or N-D with broadcast batch dimensions (and NumPy's
+    rules for 1-D operands), a batch running in one launch. variant: a catalogue name, "cublas", "auto", a
     Kernel, or None for the default chosen per GPU and shape (cupy_gemm.dispatch). precision (float32
     inputs, with variant None or "auto"): "fp32" exact on CUDA cores, "tf32" TF32 tensor cores, "3xtf32"
-    about fp32 accuracy on tensor cores (Hopper); None: "fp32", or "tf32" with CUPY_TF32=1."""
-    if variant is not None:
-        _one_of(variant, precision)
-        variant = _given(variant, a, b, None, out, 0.0, precision)
-    return prepared.call(a, b, None, out, 1.0, 0.0, variant, _resolve_variant, precision)
+    about fp32 accuracy on tensor cores (Hopper); None: "fp32", or "tf32" with CUPY_TF32=1.
+
+    Fused into the kernel's store, in this order: `bias` (one value per column, y = x + bias[j]), then
+    `activation` ("relu", "gelu", "gelu_tanh", "silu", "sigmoid"), then `epilogue`: one step or a list,
+    each a built-in name or "y = <expression>" over x (the value so far), i, j (row, column) and the
+    arrays or numbers in `operands`, read as name[i] (per row), name[j] (per column), name[i, j] (per
+    element) or name (a number); e.g. epilogue="y = x * scale[j] + res[i, j]". The expression is checked
+    before anything renders (cupy_gemm/epilogue.py) and compiled into the kernel, once per text."""
+    return gemm(a, b, variant=variant, out=out, precision=precision, epilogue=epilogue, operands=operands,
+                bias=bias, activation=activation)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None):
-    """BLAS semantics: alpha·a·b + beta·c. The result goes to `out` (c itself for an in-place update,
-    out=c), or to a new array; c is read only when beta != 0. precision: as for matmul."""
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None, epilogue=None,
+         operands=None, bias=None, activation=None):
+    """BLAS semantics: alpha·a·b + beta·c, then the fused epilogue (see matmul). The result goes to `out`
+    (c itself for an in-place update, out=c), or to a new array; c is read only when beta != 0. N-D
+    operands batch as in matmul; c has the result's shape. precision: as for matmul."""
+    ep, values = fused_epilogue(epilogue, operands, bias, activation)
     if variant is not None:
         _one_of(variant, precision)
+    if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:
+        decide = partial(_resolve_variant, needs=("batched", "epilogue") if ep else ("batched",))
+        return batched.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values)
+    if variant is not None:
         variant = _given(variant, a, b, c, out, beta, precision)
-    return prepared.call(a, b, c, out, alpha, beta, variant, _resolve_variant, precision)
+    decide = partial(_resolve_variant, needs=("epilogue",)) if ep else _resolve_variant
+    return prepared.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values)
+
+
+def fused_epilogue(steps=None, operands=None, bias=None, activation=None):
+    """(Epilogue, operand values) for matmul's keyword arguments, or (None, None) without any."""
+    values = dict(operands or {})
+    chain = []
+    if bias is not None:
+        if "bias" in values:
+            raise _epilogue.EpilogueError("bias= is given and operands= names 'bias' too: rename one")
+        values["bias"] = bias
+        chain.append("y = x + bias[j]")
+    if activation is not None:
+        if activation not in _epilogue.BUILTINS:
+            raise _epilogue.EpilogueError(f"activation {activation!r}: one of {', '.join(_epilogue.BUILTINS)}")
+        chain.append(activation)
+    if steps is not None:
+        chain += [steps] if isinstance(steps, str) else list(steps)
+    if not chain:
+        if values:
+            raise _epilogue.EpilogueError(f"operands= {sorted(values)} given without an epilogue that reads them")
+        return None, None
+    kinds = _epilogue.kinds_from_use(chain, values)
+    return _built(tuple(chain), tuple(sorted(kinds.items()))), values
+
+
+@lru_cache(maxsize=256)
+def _built(steps: tuple, kinds: tuple):
+    """Parsed once per text and operand kinds: a repeated call reuses the Epilogue (and so its kernel)."""
+    return _epilogue.build(*steps, operands=dict(kinds))

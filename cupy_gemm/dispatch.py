@@ -111,12 +111,14 @@ def why_not(name: str, key: str, cc: int) -> str | None:
     return None
 
 
-def first_default(key: str, cc: int) -> str:
-    """The dtype key's big-tile default on compute capability cc, whatever the shape."""
+def first_default(key: str, cc: int, needs=()) -> str:
+    """The dtype key's big-tile default on compute capability cc, whatever the shape; needs: Family flags
+    it must have ("batched", "epilogue")."""
     for name in candidates()["default"][key]:
-        if why_not(name, key, cc) is None:
+        if why_not(name, key, cc) is None and all(getattr(registry.lookup(name).family, f) for f in needs):
             return name
-    raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {cc}")
+    raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {cc}"
+                     f"{' with ' + ' and '.join(needs) if needs else ''}")
 
 
 def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row") -> Decision:

@@ -91,7 +91,8 @@ class Epilogue:
             else:  # any float dtype, read through load_operand; strides in elements along i and j
                 out += [("const void*", f"op_{op.name}", "<u8"), ("long long", f"op_{op.name}_si", "<i8"),
                         ("long long", f"op_{op.name}_sj", "<i8"), ("int", f"op_{op.name}_dtype", "<i4")]
-        return out or [("int", "unused", "<i4")]
+        # the caller's M and N: a padded kernel's rows and columns past them read the last ones
+        return out + [("int", "rows", "<i4"), ("int", "cols", "<i4")]
 
     def struct_dtype(self) -> np.dtype:
         """EpilogueParams as NumPy lays it out: natural alignment, as the C compiler does."""
@@ -109,7 +110,7 @@ class Epilogue:
         body = [f"    x = {s.cuda};  // y = {s.expression}" for s in self.steps]
         return "\n".join(["struct EpilogueParams {", *fields, "};", *layout,
                           "__device__ __forceinline__ float apply_epilogue(float x, int row, int col, "
-                          "const EpilogueParams& p) {", f"    const long long i = {i}, j = {j};", *body,
+                          "const EpilogueParams& p) {", f"    const long long i = min({i}, p.rows - 1), j = min({j}, p.cols - 1);", *body,
                           "    return x;", "}"])
 
     def pack(self, values: dict, m: int, n: int) -> np.ndarray:
@@ -118,6 +119,7 @@ class Epilogue:
         a row operand has m elements, a column one n, a full one broadcasts to (m, n)."""
         dtype = self.struct_dtype()
         packed = np.zeros(1, dtype)
+        packed["rows"], packed["cols"] = max(m, 1), max(n, 1)
         missing = [op.name for op in self.operands if op.name not in values]
         extra = sorted(set(values) - {op.name for op in self.operands})
         if missing or extra:
@@ -197,6 +199,31 @@ def build(*steps: str, operands: dict[str, str] | None = None) -> Epilogue:
     if unused:
         raise EpilogueError(f"operands declared but never read: {', '.join(unused)}")
     return Epilogue(tuple(parsed), tuple(declared.values()))
+
+
+def kinds_from_use(steps, values: dict) -> dict[str, str]:
+    """Each operand's kind from how the steps read it (name[i]: row, name[j]: col, name[i, j]: full) or,
+    for a number, scalar: what `matmul(..., epilogue=..., operands=...)` needs no declaration for."""
+    texts = [BUILTINS[s][0] if s in BUILTINS else s for s in steps if isinstance(s, str)]
+    kinds = {}
+    for name, value in values.items():
+        if not isinstance(name, str):
+            raise EpilogueError(f"operand names are strings, not {type(name).__name__}")
+        if isinstance(value, (int, float, np.generic)) and not isinstance(value, bool):
+            kinds[name] = "scalar"
+            continue
+        uses = set()
+        for text in texts:
+            for sub in re.findall(rf"\b{re.escape(name)}\b\s*(\[[^\]]*\])?", text):
+                uses.add(_SUBSCRIPTS.get(re.sub(r"\s", "", sub), "bad"))
+        if "bad" in uses or len(uses) > 1:
+            raise EpilogueError(f"operand {name!r} is an array: read it as {name}[i] (one value per row), "
+                                f"{name}[j] (per column) or {name}[i, j] (per element), one way only")
+        kinds[name] = uses.pop() if uses else "full"  # unread: build() names it
+    return kinds
+
+
+_SUBSCRIPTS = {"[i]": "row", "[j]": "col", "[i,j]": "full"}
 
 
 def _declare(operands: dict[str, str]) -> dict[str, Operand]:

@@ -269,10 +269,12 @@ class Launch:
         head = launchable(make_args(self.variant, A, B, C, *self.geometry, **_batch_kw(self.batch)))
         return head + self.args[len(head):]  # BatchArgs, EpilogueParams and the split-K tail stay
 
-    def with_epilogue(self, params) -> tuple:
-        """self.args with another EpilogueParams (the epilogue's operands at other addresses)."""
+    def with_epilogue(self, params, args: tuple | None = None) -> tuple:
+        """args (self.args when None) with another EpilogueParams: the epilogue's operands at other
+        addresses."""
+        args = self.args if args is None else args
         at = self.args_epilogue
-        return self.args[:at] + launchable((params,)) + self.args[at + 1:]
+        return args[:at] + launchable((params,)) + args[at + 1:]
 
     @property
     def args_epilogue(self) -> int:

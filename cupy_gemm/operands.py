@@ -141,6 +141,7 @@ class Operands:
     ldc: int
     copy_back: object = None  # (destination, source view) to copy after the kernel, or None
     copied: bool = False  # some operand is a copy: a repeated call must copy again
+    swapped: bool = False  # the kernel computes Cᵀ = Bᵀ·Aᵀ: its rows are the caller's columns
 
     @property
     def zero_copy(self) -> bool:
@@ -176,9 +177,12 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
 
     orders = (layout, b_layout or layout)
     if max_rows is not None:
-        if swap_for_rows(a.shape[0], b.shape[1], max_rows):
+        swapped = swap_for_rows(a.shape[0], b.shape[1], max_rows)
+        if swapped:
             a, b, out = b.T, a.T, out.T
-        return _oriented(cupy, a, b, out, layout, align, orders, swap=False)
+        ops = _oriented(cupy, a, b, out, layout, align, orders, swap=False)
+        ops.swapped = swapped
+        return ops
     return _oriented(cupy, a, b, out, layout, align, orders, swap=True)
 
 
@@ -195,7 +199,9 @@ def _oriented(cupy, a, b, out, layout, align, orders, swap: bool) -> Operands:
     if aligned(m, n) and _fits(out, layout, align) is not None:
         return _direct(a, b, out, orders, align, None)
     if swap and aligned(n, m) and _fits(out, other, align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
-        return _direct(b.T, a.T, out.T, orders, align, None)
+        ops = _direct(b.T, a.T, out.T, orders, align, None)
+        ops.swapped = True
+        return ops
     if aligned(m, n):  # out is a view no kernel can write: compute into a fresh array, copy back
         tmp = _empty(cupy, (m, n), out.dtype, layout)
         tmp[...] = out

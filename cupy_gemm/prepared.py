@@ -15,7 +15,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from . import config, launch, operands
+from .errors import InputError
 
 CUBLAS = "cublas"
 ENTRIES = 256  # call geometries kept (least recently used dropped)
@@ -29,8 +32,10 @@ class Prepared:
     """One call geometry with its variant decided. run() serves any arrays with the geometry's key; the
     first run that needs no copy records the launch, later ones reuse it with the new addresses."""
 
-    def __init__(self, variant, problem: operands.Problem, device, alpha: float, beta: float, c_given: bool):
+    def __init__(self, variant, problem: operands.Problem, device, alpha: float, beta: float, c_given: bool,
+                 epilogue=None):
         self.variant, self.device = variant, device
+        self.epilogue = epilogue  # an epilogue.Epilogue fused into the kernel, or None
         self.m, self.n, self.k = problem.m, problem.n, problem.k
         self.alpha = alpha
         self.beta = beta if c_given else 0.0  # BLAS: no C given means C = 0
@@ -40,8 +45,9 @@ class Prepared:
         self.direct = None  # (launch, swapped) once a run showed the operands need no copy
         self.addresses: OrderedDict = OrderedDict()
 
-    def run(self, a, b, c, out):
-        """Compute into `out` (allocated, checked) on the current device and stream."""
+    def run(self, a, b, c, out, values=None):
+        """Compute into `out` (allocated, checked) on the current device and stream. values: the
+        epilogue's operands by name."""
         beta = self.beta
         if beta != 0 and c is not out and not operands.same_view(c, out):
             out[...] = c
@@ -50,37 +56,45 @@ class Prepared:
                 out.fill(0)
             else:
                 out *= out.dtype.type(beta)
+            if self.epilogue is not None and out.size:  # no product to fuse into: the epilogue alone
+                epilogue_only(self.epilogue, out, values)
             return out
         if self.is_cublas:
             return cublas(a, b, out, self.alpha, beta)
         direct = self.direct
         if direct is None:
-            return self._resolve_and_run(a, b, out)
+            return self._resolve_and_run(a, b, out, values)
         known, swapped = direct
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
             A, B = (b, a) if swapped else (a, b)
-            known.launch((A, B, out) + known.args[launch.POINTER_SLOTS:])
-            return out
-        where = (a.data.ptr, b.data.ptr, out.data.ptr)
-        args = self.addresses.get(where)
-        if args is None:
-            args = known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out)))
-            self._remember(where, args)
+            args = (A, B, out) + known.args[launch.POINTER_SLOTS:]
+        else:
+            where = (a.data.ptr, b.data.ptr, out.data.ptr)
+            args = self.addresses.get(where)
+            if args is None:
+                args = known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out)))
+                self._remember(where, args)
+        if self.epilogue is not None:
+            args = known.with_epilogue(self.epilogue.pack(values, self.m, self.n), args)
         known.launch(args)
         return out
 
-    def _resolve_and_run(self, a, b, out):
+    def _resolve_and_run(self, a, b, out, values=None):
         v = self.variant
         fam = v.family
         ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout, v.max_rows())
+        params = None
+        if self.epilogue is not None:  # in the kernel's orientation; the operands as the caller gave them
+            v = v.with_extras(epilogue=self.epilogue.transposed(ops.swapped))
+            params = self.epilogue.pack(values, self.m, self.n)
         run = launch.prepare(v, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.ldc,
-                             self.alpha, self.beta)
+                             self.alpha, self.beta, epilogue_params=params)
         run()
         if ops.copy_back is not None:
             dest, src = ops.copy_back
             dest[...] = src
         if ops.zero_copy:  # the same key always resolves the same way: remember how
-            self.direct = (run, ops.C is not out)
+            self.direct = (run, ops.swapped)
             if self.by_address:
                 self._remember((a.data.ptr, b.data.ptr, out.data.ptr), run.args)
         return out
@@ -104,11 +118,12 @@ def cublas(a, b, out, alpha, beta):
     return out
 
 
-def call(a, b, c, out, alpha, beta, variant, decide, precision=None):
-    """alpha·a·b + beta·c into out (allocated when None). variant: None, a name or a Variant;
-    decide(variant, problem, precision) -> Variant or "cublas" runs on a miss only."""
+def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None):
+    """alpha·a·b + beta·c into out (allocated when None), then the epilogue (an epilogue.Epilogue, its
+    operands in `values`) if any. variant: None, a name or a Variant; decide(variant, problem, precision)
+    -> Variant or "cublas" runs on a miss only."""
     alpha, beta = float(alpha), float(beta)
-    key = _key(a, b, c, out, alpha, beta, variant, precision)
+    key = _key(a, b, c, out, alpha, beta, variant, precision, epilogue)
     entry = _entries.get(key) if key is not None else None
     if entry is not None:
         try:
@@ -119,16 +134,21 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None):
             operands.check_addresses(a, b, c, out, beta)
         else:
             out = allocate((entry.m, entry.n), a.dtype)
-        return entry.run(a, b, c, out)
+        return entry.run(a, b, c, out, values)
     problem = operands.check(a, b, c, out, beta)
     entry = Prepared(decide(variant, problem, precision), problem, device_of(problem.device_id), alpha, beta,
-                     c is not None)
+                     c is not None, epilogue)
+    if epilogue is not None:
+        if entry.is_cublas:
+            raise InputError("variant='cublas' has no fused epilogue: pick a kernel of the catalogue, or None")
+        entry.variant.with_extras(epilogue=epilogue)  # a family without epilogues says so before anything runs
+        epilogue.pack(values, problem.m, problem.n)  # so do operands of the wrong shape or type
     with entry.device:
         if out is None:
             out = allocate((problem.m, problem.n), problem.dtype)
-        if not entry.is_cublas:  # compile and load before anything runs: errors surface here
+        if not entry.is_cublas and epilogue is None:  # compile and load before anything runs: errors surface here
             launch.load(entry.variant, entry.device)
-        result = entry.run(a, b, c, out)
+        result = entry.run(a, b, c, out, values)
     if key is not None:
         with _lock:
             _entries[key] = entry
@@ -137,7 +157,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None):
     return result
 
 
-def _key(a, b, c, out, alpha, beta, variant, precision=None):
+def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None):
     """The call's key, or None when it is not cached: operands that are not plain CuPy arrays (the full
     check then raises the right error), or a current device other than the operands' (the launch
     switches devices, whose streams the key does not see)."""
@@ -167,7 +187,26 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None):
     # CUPY_TF32 only changes the default for float32; reading the environment costs a microsecond
     tf32 = token is None and dtype.char == "f" and config.allow_tf32()
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
-            b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32, precision)
+            b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32, precision, epilogue)
+
+
+def epilogue_only(ep, out, values) -> None:
+    """y = epilogue(x) over out in place (products with K = 0, where no GEMM kernel runs)."""
+    import cupy
+    from .render import render_file
+    source = render_file("epilogue_only.cu.j2", VARIANT="epilogue_only", FAMILY="-", DTYPE=out.dtype.name,
+                         ACC="float32", LAYOUT="row", T_IN=launch.CUDA_TYPES[out.dtype.name][0], T_ACC="float",
+                         THREADS=256, EPILOGUE=ep.render())
+    kernel = _epilogue_kernels.get(source)
+    if kernel is None:
+        kernel = _epilogue_kernels[source] = cupy.RawKernel(source, "epilogue_only", options=("-std=c++17",))
+    m, n = out.shape
+    strides = [s // out.itemsize for s in out.strides]
+    kernel(((m * n + 255) // 256,), (256,), (out, np.int32(m), np.int32(n), np.int64(strides[0]),
+                                             np.int64(strides[1]), ep.pack(values, m, n)))
+
+
+_epilogue_kernels: dict[str, object] = {}
 
 
 def clear() -> None:

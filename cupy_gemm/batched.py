@@ -1,0 +1,192 @@
+"""N-D `matmul` and `gemm`: a batch of products of one shape in one launch, with cupy.matmul's semantics.
+
+batching.py plans the batch (broadcast dimensions, 1-D operands, merged strides). This module decides how
+it runs:
+- fold: when b is shared by the whole batch and a's members lie one after another along its rows (a
+  contiguous activation times a weight), the batch is one 2-D product of count·M rows — zero-copy, and
+  it takes the 2-D path with its dispatch tables and prepared launches;
+- batched kernel: otherwise a variant of a family that runs batches (Family.batched) takes the member in
+  its grid or scheduler. Each operand is used in place when its members are in the family's layout and
+  alignment; otherwise that operand alone is copied (or zero-padded along K or N, which is exact).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import batching, launch, operands, prepared, registry
+from .errors import DeviceError, DTypeError, InputError
+
+
+def check(a, b, c, out, beta: float) -> batching.BatchPlan:
+    """The checks of operands.check for N-D operands; the plan of a @ b."""
+    a, b = operands.require_cupy(a, "a"), operands.require_cupy(b, "b")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"a and b must have the same dtype; got {a.dtype} and {b.dtype} (convert one with .astype)")
+    if a.device.id != b.device.id:
+        raise DeviceError(f"a is on GPU {a.device.id} and b on GPU {b.device.id}")
+    plan = batching.plan(a.shape, a.strides, b.shape, b.strides, itemsize=a.itemsize)
+    for dim, value in (("M", plan.m), ("N", plan.n), ("K", plan.k), ("batch", plan.count)):
+        if value > operands.INDEX_LIMIT:
+            raise InputError(f"{dim}={value} exceeds {operands.INDEX_LIMIT}, the largest the kernels index")
+    for name, x in (("c", c), ("out", out)):
+        if x is None:
+            continue
+        operands.require_cupy(x, name)
+        if x.shape != plan.out_shape:
+            raise InputError(f"{name} must have shape {plan.out_shape} for a {a.shape} @ {b.shape} product; "
+                             f"got {x.shape}")
+        if x.dtype != a.dtype:
+            raise DTypeError(f"{name} must have dtype {a.dtype} like a and b; got {x.dtype}")
+        if x.device.id != a.device.id:
+            raise DeviceError(f"{name} is on GPU {x.device.id} but a and b are on GPU {a.device.id}")
+    operands.check_addresses(a, b, c, out, beta)
+    return plan
+
+
+def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None):
+    """alpha·a@b + beta·c for operands of any dimension >= 1 (at least one not 2-D), into out."""
+    import cupy
+    plan = check(a, b, c, out, beta)
+    beta = beta if c is not None else 0.0
+    device = prepared.device_of(a.device.id)
+    with device:
+        if out is None:
+            out = cupy.empty(plan.out_shape, a.dtype)
+        if beta != 0 and c is not out and not operands.same_view(c, out):
+            out[...] = c
+        full = _unsqueezed(out, a.ndim == 1, b.ndim == 1)  # (batch..., M, N)
+        a3 = a[None, :] if a.ndim == 1 else a  # (..., 1, K)
+        b3 = b[:, None] if b.ndim == 1 else b  # (..., K, 1)
+        folded = _fold(a3, b3, full, plan, epilogue)
+        if folded is not None:
+            a2, out2 = folded
+            b2 = b3.reshape(b3.shape[-2:])  # a view: b's batch dimensions all have size 1
+            prepared.call(a2, b2, out2 if beta else None, out2, alpha, beta, variant, decide, precision,
+                          epilogue, values)
+            return out
+        if 0 in (plan.count, plan.m, plan.n) or plan.k == 0:
+            if variant is not None:  # an unknown or unfit variant is still an error
+                decide(variant, operands.Problem(1, 1, 1, a.dtype, device.id), precision)
+            _empty_batch(full, alpha, beta, plan, epilogue, values)
+            return out
+        chosen = _choose(variant, decide, plan, a.dtype, device, precision)
+        _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values)
+    return out
+
+
+def _unsqueezed(out, squeeze_m: bool, squeeze_n: bool):
+    if squeeze_n:
+        out = out[..., None]
+    if squeeze_m:
+        out = out[..., None, :]
+    return out
+
+
+def _fold(a, b, out, plan, epilogue):
+    """(a as count·M × K, out as count·M × N) when b is one matrix for the whole batch and a's and out's
+    members follow each other along the rows; else None. An epilogue reading row or full operands
+    indexes a member's rows, which the folded product would not: it does not fold."""
+    import cupy
+    if any(plan.b_strides) or len(plan.shape) > 1 or b.ndim < 2:
+        return None
+    if epilogue is not None and any(op.kind in ("row", "full") for op in epilogue.operands):
+        return None
+    rows = plan.count * plan.m
+    views = []
+    for x, cols, strides in ((a, plan.k, plan.a_strides), (out, plan.n, plan.c_strides)):
+        row_stride, col_stride = x.strides[-2:]
+        if plan.shape and strides[0] * x.itemsize != plan.m * row_stride:
+            return None
+        views.append(cupy.ndarray((rows, cols), x.dtype, x.data, strides=(row_stride, col_stride)))
+    return tuple(views)
+
+
+def _empty_batch(out, alpha, beta, plan, epilogue, values):
+    """No products to run (K = 0 or an empty batch): beta·C, then the epilogue per member."""
+    if out.size == 0:
+        return
+    if beta == 0:
+        out.fill(0)
+    else:
+        out *= out.dtype.type(beta)
+    if epilogue is not None:
+        for member in out.reshape((-1,) + out.shape[-2:]):
+            prepared.epilogue_only(epilogue, member, values)
+
+
+def _choose(variant, decide, plan, dtype, device, precision):
+    """The variant for the batch: the caller's (it must run batches), or the default's choice for the
+    folded shape (the batch's tiles fill the GPU together; decide falls back to a family that runs
+    batches)."""
+    problem = operands.Problem(plan.count * plan.m, plan.n, plan.k, np.dtype(dtype), device.id)
+    chosen = decide(variant, problem, precision)
+    if isinstance(chosen, str):  # "cublas"
+        raise InputError("variant='cublas' runs 2-D products here; for batches call cupy.matmul itself")
+    if not chosen.family.batched:
+        raise InputError(f"variant {chosen.name!r} (family {chosen.family.name}) runs no batches; families that "
+                         f"do: {', '.join(sorted(n for n, f in registry.families().items() if f.batched))}")
+    return chosen
+
+
+def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values):
+    """The batched launch: each operand in place where its members fit the family, else copied."""
+    import cupy
+    fam = variant.family
+    align = fam.align(variant.params, variant.dtype)
+    up = lambda x: -(-x // align) * align
+    k_pad, n_pad = up(plan.k), up(plan.n) if fam.layout == "row" else plan.n
+    if fam.layout != "row":
+        raise InputError(f"variant {variant.name!r}: batches run on row-major families")
+    A = _member_layout(cupy, a, "row", align, cols=k_pad)
+    B = _member_layout(cupy, b, fam.b_layout or "row", align, rows=k_pad, cols=n_pad)
+    C, copy_back = out, None
+    if n_pad != plan.n or not _fits(out, "row", align):
+        C = cupy.zeros(out.shape[:-1] + (n_pad,), out.dtype)
+        if beta != 0:
+            C[..., :plan.n] = out
+        copy_back = C[..., :plan.n]
+    final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize)
+    if not final.fits:  # more batch dimensions than a kernel unravels: make a and C contiguous
+        A, C = cupy.ascontiguousarray(A), cupy.ascontiguousarray(C)
+        copy_back = copy_back if copy_back is not None else C
+        final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize)
+    if epilogue is not None:
+        variant = variant.with_extras(batched=True, epilogue=epilogue)
+        params = epilogue.pack(values, plan.m, plan.n)
+    else:
+        variant, params = variant.with_extras(batched=True), None
+    member = lambda x: x[(0,) * (x.ndim - 2)]
+    A0, B0, C0 = member(A), member(B), member(C)
+    ld = lambda x, order: operands.leading_dim(x.shape, x.strides, x.itemsize, order)
+    run = launch.prepare(variant, device, A0, B0, C0, final.m, final.n, final.k, ld(A0, "row"),
+                         ld(B0, fam.b_layout or "row"), ld(C0, "row"), alpha, beta, batch=final,
+                         epilogue_params=params)
+    run()
+    if copy_back is not None:
+        out[...] = copy_back
+
+
+def _fits(x, order: str, align: int) -> bool:
+    """Every member of x (..., rows, cols) usable in place by a kernel needing `align`: the member's
+    layout and leading dimension, and batch strides that keep each member's start aligned."""
+    member = x[(0,) * (x.ndim - 2)]
+    ld = operands.leading_dim(member.shape, member.strides, x.itemsize, order)
+    if ld is None or ld % align or x.data.ptr % (align * x.itemsize):
+        return False
+    return all(s % (align * x.itemsize) == 0 for s, n in zip(x.strides[:-2], x.shape[:-2]) if n > 1)
+
+
+def _member_layout(cupy, x, order: str, align: int, rows: int | None = None, cols: int | None = None):
+    """x itself when its members fit `order` and `align` at (rows, cols) (None: as they are), else a
+    copy — zero-padded to (rows, cols) — that keeps x's broadcast (size-1) batch dimensions."""
+    r, c = x.shape[-2:]
+    rows, cols = rows or r, cols or c
+    if (rows, cols) == (r, c) and _fits(x, order, align):
+        return x
+    shape = x.shape[:-2] + ((rows, cols) if order == "row" else (cols, rows))
+    buf = cupy.zeros(shape, x.dtype)
+    if order == "row":
+        buf[..., :r, :c] = x
+        return buf
+    buf[..., :c, :r] = x.swapaxes(-1, -2)
+    return buf.swapaxes(-1, -2)
