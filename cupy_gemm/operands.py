@@ -167,12 +167,13 @@ def swap_for_rows(m: int, n: int, max_rows: int | None, where: str = "") -> bool
 
 
 def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
-            max_rows: int | None = None) -> Operands:
+            max_rows: int | None = None, beta_read: bool = True) -> Operands:
     """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`;
     `b_layout` is B's own layout where it differs (a "row" kernel reading B K-major takes "col");
     `max_rows` fixes the orientation for a kernel serving few rows of C (see swap_for_rows).
 
-    out must already hold beta·C's input (the caller copies c into it when beta != 0)."""
+    out must already hold beta·C's input (the caller copies c into it when beta != 0); beta_read=False
+    says the kernel will not read it (beta = 0), so a temporary C need not start as out's copy."""
     import cupy
 
     orders = (layout, b_layout or layout)
@@ -180,13 +181,13 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
         swapped = swap_for_rows(a.shape[0], b.shape[1], max_rows)
         if swapped:
             a, b, out = b.T, a.T, out.T
-        ops = _oriented(cupy, a, b, out, layout, align, orders, swap=False)
+        ops = _oriented(cupy, a, b, out, layout, align, orders, False, beta_read)
         ops.swapped = swapped
         return ops
-    return _oriented(cupy, a, b, out, layout, align, orders, swap=True)
+    return _oriented(cupy, a, b, out, layout, align, orders, True, beta_read)
 
 
-def _oriented(cupy, a, b, out, layout, align, orders, swap: bool) -> Operands:
+def _oriented(cupy, a, b, out, layout, align, orders, swap: bool, beta_read: bool) -> Operands:
     """The product as given, or (swap=True) its transpose where only that one is zero-copy."""
 
     other = "col" if layout == "row" else "row"
@@ -204,15 +205,16 @@ def _oriented(cupy, a, b, out, layout, align, orders, swap: bool) -> Operands:
         return ops
     if aligned(m, n):  # out is a view no kernel can write: compute into a fresh array, copy back
         tmp = _empty(cupy, (m, n), out.dtype, layout)
-        tmp[...] = out
+        if beta_read:
+            tmp[...] = out
         return _direct(a, b, tmp, orders, align, (out, tmp))
     # pad with zeros: exact, since padded columns of A meet padded rows of B
     up = lambda x: -(-x // align) * align
     mp, kp, np_ = (up(m) if layout == "col" else m), up(k), (up(n) if layout == "row" else n)
     if (mp, np_) == (m, n) and _fits(out, layout, align) is not None:
         C, copy_back = out, None  # only K is padded: C is written in place (three launches fewer)
-    else:
-        C = _padded(cupy, out, (mp, np_), layout)
+    else:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
+        C = _padded(cupy, out, (mp, np_), layout, fill=beta_read)
         copy_back = (out, C[:m, :n])
     ops = _direct(_padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1]), C,
                   orders, align, copy_back)
@@ -238,7 +240,16 @@ def _copy(cupy, x, layout):
     return cupy.ascontiguousarray(x) if layout == "row" else cupy.asfortranarray(x)
 
 
-def _padded(cupy, x, shape, layout):
-    buf = cupy.zeros(shape, dtype=x.dtype, order="C" if layout == "row" else "F")
-    buf[: x.shape[0], : x.shape[1]] = x
+def _padded(cupy, x, shape, layout, fill: bool = True):
+    """x in a buffer of `shape` whose extra rows and columns are zero; fill=False: an uninitialised
+    buffer, for an output the kernel overwrites whole."""
+    buf = cupy.empty(shape, dtype=x.dtype, order="C" if layout == "row" else "F")
+    if not fill:
+        return buf
+    rows, cols = x.shape
+    buf[:rows, :cols] = x
+    if cols < shape[1]:
+        buf[:, cols:] = 0
+    if rows < shape[0]:
+        buf[rows:, :cols] = 0
     return buf

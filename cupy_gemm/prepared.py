@@ -82,7 +82,8 @@ class Prepared:
     def _resolve_and_run(self, a, b, out, values=None):
         v = self.variant
         fam = v.family
-        ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout, v.max_rows())
+        ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout, v.max_rows(),
+                               self.beta != 0)
         params = None
         if self.epilogue is not None:  # in the kernel's orientation; the operands as the caller gave them
             v = v.with_extras(epilogue=self.epilogue.transposed(ops.swapped))
