@@ -7,6 +7,8 @@ registers across the k steps of a tile (RBUF); an epilogue staged through shared
 16-byte coalesced, guarded stores. The block tile is (WARPS_M*WARP_TILE_M*16) x (WARPS_N*WARP_TILE_N*8).
 TF32 rounds each landed stage to tf32 (cvt.rna) in shared memory, once per element per block; the
 caller's float32 inputs are never modified.
+Batched, the kernel body is one member's product (gemm_member) that gemm_kernel runs for each member of
+blockIdx.z; a fused epilogue goes through common/epilogue_vec.cuh's store.
 """
 from __future__ import annotations
 
@@ -123,6 +125,8 @@ MMA = Family(
     rules=(_rules,),
     min_cc=lambda p, dtype, acc: 80,
     renamed=RENAMED_BLOCK_SWIZZLE,
+    batched=True,
+    epilogue=True,
 )
 
 FAMILIES = (MMA,)

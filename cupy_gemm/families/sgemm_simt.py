@@ -6,6 +6,9 @@ groups; the flags add the seed's steps one by one: A stored transposed, K-major,
 buffer (DBUF) and cp.async copies (ASYNC). MIN_BLOCKS is the __launch_bounds__ minimum, as in the mma family.
 Split-K (SPLIT_K, `split_k`): blockIdx.y is the block's split of K; 1 (the default) compiles it out, 0 lets
 the launcher choose per shape, for the small tiles that serve small and skinny problems.
+Batched, gemm_kernel runs the body (gemm_member) for each member of blockIdx.z; a member's split-K counters
+and partials follow the previous members' in the workspace. Every store, the last split's included, goes
+through store_c_vec, which applies a fused epilogue when there is one.
 """
 from __future__ import annotations
 
@@ -90,6 +93,8 @@ SGEMM_SIMT = Family(
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
     split_k=True,
+    batched=True,
+    epilogue=True,
     renamed={**RENAMED_BLOCK_SWIZZLE, "MINB": "MIN_BLOCKS", "BCF": "A_TRANSPOSED"},
 )
 

@@ -33,4 +33,17 @@ __device__ __forceinline__ void batch_offsets(const BatchArgs& p, int index, lon
         c += coord[d] * p.c[d];
     }
 }
+
+// Runs member(index, a, b, c) for the members a block of a pointer family serves: blockIdx.z, then every
+// gridDim.z-th after it (a batch larger than the grid's 65535 z), with their element offsets in A, B, C.
+// The barrier keeps the next member's tile loads off shared memory the previous one still reads.
+template <typename Member>
+__device__ __forceinline__ void for_each_member(const BatchArgs& p, Member member) {
+    for (int index = blockIdx.z; index < p.count; index += gridDim.z) {
+        if (index != (int)blockIdx.z) __syncthreads();
+        long long a, b, c;
+        batch_offsets(p, index, a, b, c);
+        member(index, a, b, c);
+    }
+}
 static_assert(sizeof(BatchArgs) == 88, "BatchArgs as cupy_gemm/batching.py packs it");
