@@ -261,7 +261,10 @@ def fused_epilogue(steps=None, operands=None, bias=None, activation=None):
             raise _epilogue.EpilogueError(f"operands= {sorted(values)} given without an epilogue that reads them")
         return None, None
     kinds = _epilogue.kinds_from_use(chain, values)
-    return _built(tuple(chain), tuple(sorted(kinds.items()))), values
+    declared = {name: kind if kind == "scalar" else (kind, getattr(getattr(values[name], "dtype", None), "name",
+                                                                      "float32"))
+                for name, kind in kinds.items()}
+    return _built(tuple(chain), tuple(sorted(declared.items()))), values
 
 
 @lru_cache(maxsize=256)

@@ -57,10 +57,7 @@ class EpilogueError(ConfigError):
 class Operand:
     name: str
     kind: str  # one of KINDS
-
-    @property
-    def cuda_type(self) -> str:
-        return "float" if self.kind == "scalar" else "const void*"
+    dtype: str = "float32"  # of an array operand: float32, float16 or bfloat16 (part of the source)
 
 
 @dataclass(frozen=True)
@@ -88,9 +85,9 @@ class Epilogue:
         for op in self.operands:
             if op.kind == "scalar":
                 out.append(("float", f"op_{op.name}", "<f4"))
-            else:  # any float dtype, read through load_operand; strides in elements along i and j
+            else:  # an array of op.dtype; strides in elements along i and j
                 out += [("const void*", f"op_{op.name}", "<u8"), ("long long", f"op_{op.name}_si", "<i8"),
-                        ("long long", f"op_{op.name}_sj", "<i8"), ("int", f"op_{op.name}_dtype", "<i4")]
+                        ("long long", f"op_{op.name}_sj", "<i8")]
         # the caller's M and N: a padded kernel's rows and columns past them read the last ones
         return out + [("int", "rows", "<i4"), ("int", "cols", "<i4")]
 
@@ -134,11 +131,10 @@ class Epilogue:
             si, sj = _strides(op, value, m, n)
             packed[f"op_{op.name}"] = value.data.ptr
             packed[f"op_{op.name}_si"], packed[f"op_{op.name}_sj"] = si, sj
-            packed[f"op_{op.name}_dtype"] = OPERAND_DTYPES[value.dtype.name]
         return packed.view(np.dtype((np.void, dtype.itemsize)))
 
 
-OPERAND_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2}  # load_operand's codes
+OPERAND_DTYPES = {"float32": "float", "float16": "half", "bfloat16": "__nv_bfloat16"}  # the CUDA types
 
 
 def _scalar(name: str, value) -> float:
@@ -157,8 +153,8 @@ def _strides(op: Operand, value, m: int, n: int) -> tuple[int, int]:
     dtype = getattr(getattr(value, "dtype", None), "name", None)
     if shape is None or not hasattr(value, "data") or not hasattr(value.data, "ptr"):
         raise EpilogueError(f"operand {op.name!r}: a CuPy array, not {type(value).__name__}")
-    if dtype not in OPERAND_DTYPES:
-        raise EpilogueError(f"operand {op.name!r}: float32, float16 or bfloat16, not {dtype}")
+    if dtype != op.dtype:
+        raise EpilogueError(f"operand {op.name!r}: {op.dtype} as declared (the kernel reads that type), not {dtype}")
     step = [s // value.itemsize for s in value.strides]
     if op.kind in ("row", "col"):
         want = m if op.kind == "row" else n
@@ -176,7 +172,8 @@ def _strides(op: Operand, value, m: int, n: int) -> tuple[int, int]:
 
 def build(*steps: str, operands: dict[str, str] | None = None) -> Epilogue:
     """An Epilogue from steps, each a built-in name ("relu", "gelu", …, see BUILTINS) or `y = <expr>`;
-    `operands` declares the extra names: {"bias": "col", "res": "full", "scale": "scalar", …}."""
+    `operands` declares the extra names: {"bias": "col", "res": ("full", "float16"), "scale": "scalar", …}
+    (an array's dtype is float32 unless given)."""
     declared = _declare(operands or {})
     parsed = []
     for text in steps:
@@ -194,7 +191,7 @@ def build(*steps: str, operands: dict[str, str] | None = None) -> Epilogue:
         parsed.append(Step(" ".join(expression.split()), _translate(expression, declared)))
     if not parsed:
         raise EpilogueError("an epilogue needs at least one step")
-    used = {name for s in parsed for name in re.findall(r"\bp\.op_([A-Za-z]\w*?)(?:_si|_sj|_dtype)?\b", s.cuda)}
+    used = {name for s in parsed for name in re.findall(r"\bp\.op_([A-Za-z]\w*?)(?:_si|_sj)?\b", s.cuda)}
     unused = [op.name for op in declared.values() if op.name not in used]
     if unused:
         raise EpilogueError(f"operands declared but never read: {', '.join(unused)}")
@@ -226,16 +223,20 @@ def kinds_from_use(steps, values: dict) -> dict[str, str]:
 _SUBSCRIPTS = {"[i]": "row", "[j]": "col", "[i,j]": "full"}
 
 
-def _declare(operands: dict[str, str]) -> dict[str, Operand]:
+def _declare(operands: dict) -> dict[str, Operand]:
+    """{name: kind} or {name: (kind, dtype)} (arrays default to float32) as Operands."""
     out = {}
     for name, kind in operands.items():
+        kind, dtype = kind if isinstance(kind, tuple) and len(kind) == 2 else (kind, "float32")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name) or name.startswith("__"):
             raise EpilogueError(f"operand name {name!r}: a C identifier (letters, digits, _), not starting with __")
         if name in RESERVED:
             raise EpilogueError(f"operand name {name!r} is taken (x, i, j, y and the math functions are)")
         if kind not in KINDS:
             raise EpilogueError(f"operand {name!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
-        out[name] = Operand(name, kind)
+        if dtype not in OPERAND_DTYPES:
+            raise EpilogueError(f"operand {name!r}: float32, float16 or bfloat16, not {dtype}")
+        out[name] = Operand(name, kind, dtype if kind != "scalar" else "float32")
     return out
 
 
@@ -292,9 +293,10 @@ def _translate(expression: str, declared: dict[str, Operand]) -> str:
 
 _INDEX = {"row": ["i"], "col": ["j"], "full": ["i", ",", "j"]}
 # struct fields carry an op_ prefix, so no operand name can collide with a CUDA keyword, type or helper
-_LOAD = {"row": "load_operand(p.op_{n}, p.op_{n}_dtype, i * p.op_{n}_si)",
-         "col": "load_operand(p.op_{n}, p.op_{n}_dtype, j * p.op_{n}_sj)",
-         "full": "load_operand(p.op_{n}, p.op_{n}_dtype, i * p.op_{n}_si + j * p.op_{n}_sj)"}
+# the operand's type is part of the source: a branch on it per element would cost registers in unrolled stores
+_LOAD = {"row": "to_float(static_cast<const {t}*>(p.op_{n})[i * p.op_{n}_si])",
+         "col": "to_float(static_cast<const {t}*>(p.op_{n})[j * p.op_{n}_sj])",
+         "full": "to_float(static_cast<const {t}*>(p.op_{n})[i * p.op_{n}_si + j * p.op_{n}_sj])"}
 
 
 def _operand_read(op: Operand, tokens, k: int, expression: str) -> tuple[str, int]:
@@ -309,4 +311,4 @@ def _operand_read(op: Operand, tokens, k: int, expression: str) -> tuple[str, in
             and end < len(tokens) and tokens[end][1] == "]"):
         raise EpilogueError(f"epilogue expression {expression.strip()!r}: {op.name} is a {op.kind} operand, "
                             f"read as {op.name}[{', '.join(w for w in want if w != ',')}]")
-    return _LOAD[op.kind].format(n=op.name), k + 3 + len(want)
+    return _LOAD[op.kind].format(n=op.name, t=OPERAND_DTYPES[op.dtype]), k + 3 + len(want)

@@ -20,16 +20,16 @@ def test_no_epilogue():
 
 
 def test_the_same_text_parses_once():
-    first, _ = api.fused_epilogue(["relu", "y = x + r[i]"], {"r": np.zeros(3)})
-    second, _ = api.fused_epilogue(["relu", "y = x + r[i]"], {"r": np.zeros(4)})
+    first, _ = api.fused_epilogue(["relu", "y = x + r[i]"], {"r": np.zeros(3, np.float32)})
+    second, _ = api.fused_epilogue(["relu", "y = x + r[i]"], {"r": np.zeros(4, np.float32)})
     assert first is second
 
 
 @pytest.mark.parametrize("steps, operands, match", [
-    ("y = x + bias", {"bias": np.zeros(2)}, "read it as"),
-    ("y = x + r[i] + r[j]", {"r": np.zeros(2)}, "one way only"),
-    ("y = x", {"r": np.zeros(2)}, "never read"),
-    (None, {"r": np.zeros(2)}, "without an epilogue"),
+    ("y = x + bias", {"bias": np.zeros(2, np.float32)}, "read it as"),
+    ("y = x + r[i] + r[j]", {"r": np.zeros(2, np.float32)}, "one way only"),
+    ("y = x", {"r": np.zeros(2, np.float32)}, "never read"),
+    (None, {"r": np.zeros(2, np.float32)}, "without an epilogue"),
     ("y = x + bias[j]", {"bias": 1.0}, "is a scalar"),
     ("y = x + bias", {"bias": 1.0, "nope": 2.0}, "never read"),
 ])
@@ -40,12 +40,12 @@ def test_errors(steps, operands, match):
 
 def test_bias_twice_and_unknown_activation():
     with pytest.raises(EpilogueError, match="rename"):
-        api.fused_epilogue(None, {"bias": np.zeros(2)}, bias=np.zeros(2))
+        api.fused_epilogue(None, {"bias": np.zeros(2, np.float32)}, bias=np.zeros(2, np.float32))
     with pytest.raises(EpilogueError, match="one of"):
         api.fused_epilogue(activation="swish")
 
 
 def test_kinds_from_use():
     kinds = kinds_from_use(["y = x * s[ i ] + t[i, j] + u[j]", "gelu"],
-                           {"s": np.zeros(1), "t": np.zeros(1), "u": np.zeros(1), "k": np.float32(2)})
+                           {"s": np.zeros(1, np.float32), "t": np.zeros(1, np.float32), "u": np.zeros(1, np.float32), "k": np.float32(2)})
     assert kinds == {"s": "row", "t": "full", "u": "col", "k": "scalar"}

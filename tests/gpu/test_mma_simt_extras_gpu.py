@@ -34,7 +34,7 @@ F64 = {"relu": lambda x: cupy.maximum(x, 0), "gelu": lambda x: 0.5 * x * (1 + _e
        "gelu_tanh": lambda x: 0.5 * x * (1 + cupy.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))),
        "silu": lambda x: x / (1 + cupy.exp(-x)), "sigmoid": lambda x: 1 / (1 + cupy.exp(-x))}
 CUSTOM = epilogue.build("y = x * rowscale[i] + bias[j] + res[i, j] * s",
-                        operands={"rowscale": "row", "bias": "col", "res": "full", "s": "scalar"})
+                        operands={"rowscale": "row", "bias": ("col", "float16"), "res": "full", "s": "scalar"})
 
 
 def _erf(x):
