@@ -147,7 +147,7 @@ def _resolve_variant(variant, problem: operands.Problem, precision: str | None =
         gpu = dispatch.gpu_of(problem.device_id)
         _check_3xtf32(key, gpu.cc)
         variant = dispatch.choose(gpu, key, problem.m, problem.n, problem.k).variant
-        if not all(getattr(variant.family, need) for need in needs):
+        if not all(getattr(registry.lookup(variant).family, need) for need in needs):
             variant = dispatch.first_default(key, gpu.cc, needs)
     if isinstance(variant, str):
         if variant == CUBLAS:
