@@ -14,7 +14,7 @@ is a copy the plan says it needs (`fits` is False), never a wrong stride.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,14 +55,19 @@ class BatchPlan:
         if not self.fits:
             raise InputError(f"a batch of {len(self.shape)} dimensions that do not merge (shape {self.shape}) "
                              f"is more than a kernel addresses ({MAX_BATCH_DIMS})")
-        pad = MAX_BATCH_DIMS - len(self.shape)
+        plan = self.transposed() if swapped else self
+        pad = MAX_BATCH_DIMS - len(plan.shape)
         args = np.zeros(1, BATCH_ARGS_DTYPE)
-        args["count"] = self.count
-        args["shape"] = (1,) * pad + self.shape
-        a, b = (self.b_strides, self.a_strides) if swapped else (self.a_strides, self.b_strides)
-        for field, strides in (("a", a), ("b", b), ("c", self.c_strides)):
+        args["count"] = plan.count
+        args["shape"] = (1,) * pad + plan.shape
+        for field, strides in (("a", plan.a_strides), ("b", plan.b_strides), ("c", plan.c_strides)):
             args[field] = (0,) * pad + strides
         return args.view(np.dtype((np.void, BATCH_ARGS_DTYPE.itemsize)))
+
+    def transposed(self) -> "BatchPlan":
+        """The plan of the kernel that computes Cᵀ = Bᵀ·Aᵀ: its A is b and its B is a (C stays; its m and n
+        trade places). out_shape stays the caller's."""
+        return replace(self, m=self.n, n=self.m, a_strides=self.b_strides, b_strides=self.a_strides)
 
     def offsets(self, index: int) -> tuple[int, int, int]:
         """Element offsets of batch member `index` in a, b and C: what the kernel computes per member."""

@@ -328,11 +328,14 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
             swapped: bool = False, epilogue_params=None) -> Launch:
     """Everything a launch needs, for operands already in the family's layout and alignment: a Launch,
     which launches on CuPy's current stream when called. batch: the batching.BatchPlan of a batched
-    variant (A, B and C are then member 0's; swapped: the kernel computes Cᵀ = Bᵀ·Aᵀ); epilogue_params:
+    variant in the caller's orientation (A, B and C are then member 0's; swapped: the kernel computes
+    Cᵀ = Bᵀ·Aᵀ, and make_args, BatchArgs and Launch.batch get the plan transposed); epilogue_params:
     the packed EpilogueParams of a variant with an epilogue."""
     if variant.batched != (batch is not None) or (variant.epilogue is None) != (epilogue_params is None):
         raise InputError(f"{variant.name}: a batched variant needs a batch plan and one with an epilogue its "
                          f"parameters (and neither without)")
+    if batch is not None and swapped:
+        batch = batch.transposed()  # the kernel's view: make_args, BatchArgs and rebind all take it so
     kernel, compiled = load(variant, device)
     kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
     cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers,
@@ -340,7 +343,7 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     make_args = variant.family.make_args or (lambda v, *rest, **kw: pointer_args(*rest))
     args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, **_batch_kw(batch)))
     if batch is not None:
-        args = (*args, *launchable((batch.kernel_args(swapped),)))
+        args = (*args, *launchable((batch.kernel_args(),)))
     if epilogue_params is not None:
         args = (*args, *launchable((epilogue_params,)))
     if variant.family.split_k:  # one split never touches the workspace; more get theirs at each launch

@@ -4,7 +4,8 @@ CuPy does not wrap cuTensorMapEncodeTiled, so this module calls it through ctype
 (libcuda.so.1, already loaded by CuPy on a GPU machine). A tensor map is 128 opaque bytes that a kernel
 takes by value (`const __grid_constant__ CUtensorMap`); CuPy passes a NumPy array of size one by value,
 so a map is returned as such an array, its bytes 64-byte aligned as the driver's CUtensorMap type is.
-Encoding costs a driver call, so maps are cached per (address, dtype, shape, leading dimension, box).
+Encoding costs a driver call, so maps are cached per (address, dtype, dimensions, strides, box).
+A batched operand's map has the batch dimensions after the matrix's (`batched_layout`).
 """
 from __future__ import annotations
 
@@ -90,33 +91,83 @@ def tensor_map_2d(ptr: int, dtype: str, *, rows: int, cols: int, ld: int, box_ro
     """The tensor map of a row-major rows×cols matrix at device address `ptr` with leading dimension `ld`
     (elements), copied in boxes of box_rows×box_cols elements with a `swizzle`-byte shared-memory swizzle.
     Elements outside the matrix read as zeros. Returns a cached (1,)-shaped array to pass to a kernel."""
-    key = (ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
-    with _lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit
-    check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
-    code, size = _DATA_TYPES[dtype]
+    size = _DATA_TYPES.get(dtype, (0, 0))[1]
+    dims, strides, box = (cols, rows), (ld * size,), (box_cols, box_rows)
+    hit = _cached((ptr, dtype, dims, strides, box, swizzle))
+    if hit is None:  # checked once per map, as encoded once
+        check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
+        hit = tensor_map(ptr, dtype, dims=dims, strides=strides, box=box, swizzle=swizzle)
+    return hit
+
+
+def batched_layout(rows: int, cols: int, ld: int, shape, strides, itemsize: int) -> tuple[tuple, tuple]:
+    """(dims innermost first, byte strides) of a row-major rows×cols matrix repeated over a batch: the
+    matrix's two dimensions, then one per batch dimension, innermost first (`shape` and element `strides`
+    are outermost first, as batching.BatchPlan and BatchArgs hold them). A map's strides cannot be 0, so a
+    dimension the operand is broadcast over becomes size 1 (the kernel reads it at coordinate 0), with the
+    stride of a packed next slice, which is as good as any."""
+    dims, byte_strides = [cols, rows], [ld * itemsize]
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if stride:
+            dims.append(size)
+            byte_strides.append(stride * itemsize)
+        else:
+            byte_strides.append(byte_strides[-1] * dims[-1])
+            dims.append(1)
+    return tuple(dims), tuple(byte_strides)
+
+
+def check_batch_strides(strides, itemsize: int) -> None:
+    """The copy engine's rule for the batch strides (elements; 0 = broadcast) of one operand."""
+    bad = [s for s in strides if s and (s < 0 or (s * itemsize) % 16 or s * itemsize >= 2**40)]
+    if bad:
+        raise InputError(f"TMA needs batch strides whose byte size is positive, a multiple of 16 and below "
+                         f"2**40 (or 0: broadcast); got {tuple(strides)} elements of {itemsize} bytes; copy "
+                         f"the batch into a contiguous array")
+
+
+def tensor_map(ptr: int, dtype: str, *, dims: tuple, strides: tuple, box: tuple, swizzle: int = 128) -> np.ndarray:
+    """The tensor map of a tiled tensor of rank len(dims) <= 5: dims innermost first, byte `strides` of every
+    dimension but the innermost, `box` elements per dimension. Returns a cached (1,)-shaped array."""
+    key = (ptr, dtype, dims, strides, box, swizzle)
+    hit = _cached(key)
+    if hit is not None:
+        return hit
+    rank = len(dims)
+    if not 1 <= rank <= 5 or len(strides) != rank - 1 or len(box) != rank:
+        raise ValueError(f"a tensor map has rank 1 to 5 with one stride fewer than dimensions and one box "
+                         f"size per dimension; got dims {dims}, strides {strides}, box {box}")
+    if ptr % 16 or any(s <= 0 or s % 16 or s >= 2**40 for s in strides) or not all(1 <= d < 2**32 for d in dims):
+        raise InputError(f"TMA needs a 16-byte aligned base, byte strides that are positive multiples of 16 "
+                         f"below 2**40 and dimensions of 1 to 2**32 - 1; got {ptr:#x}, {strides}, {dims}")
+    if dtype not in _DATA_TYPES:
+        raise InputError(f"tensor maps take {sorted(_DATA_TYPES)}, not {dtype}")
+    code = _DATA_TYPES[dtype][0]
     encode, error_string = _encode_function()
     tensor_map = _empty_map()
-    dims = (ctypes.c_uint64 * 2)(cols, rows)  # innermost first
-    strides = (ctypes.c_uint64 * 1)(ld * size)  # bytes, for every dimension but the innermost
-    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
-    steps = (ctypes.c_uint32 * 2)(1, 1)
-    result = encode(tensor_map.ctypes.data, code, 2, ctypes.c_void_p(ptr), dims, strides, box, steps,
+    result = encode(tensor_map.ctypes.data, code, rank, ctypes.c_void_p(ptr), (ctypes.c_uint64 * rank)(*dims),
+                    (ctypes.c_uint64 * max(rank - 1, 1))(*strides), (ctypes.c_uint32 * rank)(*box),
+                    (ctypes.c_uint32 * rank)(*(1,) * rank),
                     _INTERLEAVE_NONE, _SWIZZLE_MODES[swizzle], _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
     if result != 0:
         text = ctypes.c_char_p()
         error_string(result, ctypes.byref(text))
         reason = text.value.decode() if text.value else f"error {result}"
-        raise DeviceError(f"cuTensorMapEncodeTiled refused a {rows}×{cols} {dtype} matrix (ld={ld}, box "
-                          f"{box_rows}×{box_cols}, swizzle {swizzle} B) at {ptr:#x}: {reason}")
+        raise DeviceError(f"cuTensorMapEncodeTiled refused a {dtype} tensor of dims {dims} (innermost first, "
+                          f"byte strides {strides}, box {box}, swizzle {swizzle} B) at {ptr:#x}: {reason}")
     with _lock:
         _cache[key] = tensor_map
         while len(_cache) > _CACHE_ENTRIES:
             _cache.popitem(last=False)
     return tensor_map
+
+
+def _cached(key) -> np.ndarray | None:
+    with _lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+        return hit
 
 
 def clear_cache() -> None:

@@ -23,6 +23,12 @@ zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; i
 base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API guarantee
 (padding when a problem does not meet it).
 
+Batches (`batched`): a BatchArgs follows beta. The persistent blocks walk every member's tiles (numbered
+member-major); A, B and C's maps have rank 5, the matrix's two dimensions and then the three batch
+dimensions, so a copy's coordinates name the member (`batch_fits` says which batches the maps can address
+in place). A fused epilogue (`epilogue`) takes its EpilogueParams next and runs on alpha·acc + beta·C of
+every element, whichever path stores it.
+
 Split-K (`split_k`, the last two arguments): the persistent blocks walk tiles × splits work units, each a
 K slice of one C tile; the consumer warpgroups keep to templates/common/split_k.cuh's protocol. SPLIT_K = 1
 (the family's default, what every entry without it gets) compiles the split-K steps out; SPLIT_K = 0
@@ -32,7 +38,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..batching import MAX_BATCH_DIMS
+from ..errors import ConfigError, InputError
 from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param
 
 SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
@@ -72,19 +79,55 @@ def _rule_registers(p, dtype, acc):
                           f"BM / CONSUMERS * BN / 128 <= 128 (got {per_thread})")
 
 
-def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
+def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None) -> tuple:
+    """The tensor maps and scalars of the "tma" ABI. batch: the batching.BatchPlan of a batched variant, in
+    the kernel's orientation (A, B and C are member 0's); every map then has the batch dimensions too."""
     from .. import tma
     p, dtype = variant.params, variant.dtype
     row = _elems_per_row(dtype)
     operand = "tfloat32" if variant.acc == "tf32" else dtype  # TMA rounds fp32 operands to tf32 (nearest even)
-    map_a = tma.tensor_map_2d(A.data.ptr, operand, rows=m, cols=k, ld=lda, box_rows=p["BM"], box_cols=row)
     if variant.family.b_layout == "col":  # K-major B: the map is over Bᵀ, N rows of K contiguous elements
-        map_b = tma.tensor_map_2d(B.data.ptr, operand, rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=row)
+        b_rows, b_cols, b_box = n, k, p["BN"]
     else:
-        map_b = tma.tensor_map_2d(B.data.ptr, operand, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=row)
-    map_c = tma.tensor_map_2d(C.data.ptr, dtype, rows=m, cols=n, ld=ldc, box_rows=C_BOX_ROWS, box_cols=row)
+        b_rows, b_cols, b_box = k, n, p["BK"]
+    maps = ((A, operand, m, k, lda, p["BM"]), (B, operand, b_rows, b_cols, ldb, b_box),
+            (C, dtype, m, n, ldc, C_BOX_ROWS))
+    if batch is None:
+        map_a, map_b, map_c = (tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=row)
+                               for x, t, r, c, ld, box in maps)
+    else:
+        strides = (batch.a_strides, batch.b_strides, batch.c_strides)
+        map_a, map_b, map_c = (_batched_map(x.data.ptr, t, r, c, ld, box, row, batch.shape, st, CUDA_TYPES[dtype][1])
+                               for (x, t, r, c, ld, box), st in zip(maps, strides))
     return (map_a, map_b, map_c, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
             np.float32(alpha), np.float32(beta))
+
+
+def _batched_map(ptr, dtype, rows, cols, ld, box_rows, box_cols, shape, strides, size):
+    """One operand's map over the batch, of rank 2 + MAX_BATCH_DIMS (the kernel's copies are 5-D), its
+    batch dimensions padded outward with size 1 as BatchArgs pads them."""
+    from .. import tma
+    tma.check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols)
+    tma.check_batch_strides(strides, size)
+    pad = MAX_BATCH_DIMS - len(shape)
+    dims, byte_strides = tma.batched_layout(rows, cols, ld, (1,) * pad + tuple(shape), (0,) * pad + tuple(strides),
+                                            size)
+    return tma.tensor_map(ptr, dtype, dims=dims, strides=byte_strides, box=(box_cols, box_rows) + (1,) * MAX_BATCH_DIMS)
+
+
+def batch_fits(plan, dtype: str) -> bool:
+    """Whether the tensor maps can address this batch (a batching.BatchPlan of `dtype` elements) in place:
+    at most MAX_BATCH_DIMS dimensions, and every batch stride of A, B and C either 0 (broadcast) or a
+    positive multiple of 16 bytes (the copy engine's rule, which make_args enforces with InputError). When
+    it is False the caller copies the batch into contiguous arrays (whose strides then fit, given 16-byte
+    aligned leading dimensions) or picks another family."""
+    from .. import tma
+    try:
+        for strides in (plan.a_strides, plan.b_strides, plan.c_strides):
+            tma.check_batch_strides(strides, CUDA_TYPES[dtype][1])
+    except InputError:
+        return False
+    return plan.fits
 
 
 def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
@@ -120,6 +163,8 @@ _COMMON = dict(
     make_args=make_args,
     split_k=True,
     renamed=RENAMED_BLOCK_SWIZZLE,
+    batched=True,
+    epilogue=True,
 )
 
 WGMMA = Family(
