@@ -60,7 +60,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         folded = _fold(a3, b3, full, plan, epilogue)
         if folded is not None:
             a2, out2 = folded
-            b2 = b3.reshape(b3.shape[-2:])  # a view: b's batch dimensions all have size 1
+            b2 = b3[(0,) * (b3.ndim - 2)]  # b's batch dimensions are broadcast (size 1 or stride 0)
             prepared.call(a2, b2, out2 if beta else None, out2, alpha, beta, variant, decide, precision,
                           epilogue, values)
             return out
