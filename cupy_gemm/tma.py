@@ -91,27 +91,53 @@ def tensor_map_2d(ptr: int, dtype: str, *, rows: int, cols: int, ld: int, box_ro
     (elements), copied in boxes of box_rows×box_cols elements with a `swizzle`-byte shared-memory swizzle.
     Elements outside the matrix read as zeros. Returns a cached (1,)-shaped array to pass to a kernel."""
     key = (ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
+    return _cached(key, lambda: check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle),
+                   ptr, dtype, (cols, rows), (ld,), (box_cols, box_rows), swizzle,
+                   f"a {rows}×{cols} {dtype} matrix (ld={ld}, box {box_rows}×{box_cols}, swizzle {swizzle} B)")
+
+
+def tensor_map_3d(ptr: int, dtype: str, *, depth: int, rows: int, cols: int, ld: int, stride: int, box_rows: int,
+                  box_cols: int, swizzle: int = 128) -> np.ndarray:
+    """The tensor map of `depth` row-major rows×cols matrices, matrix d at ptr + d·stride elements (row
+    stride `ld`), copied in boxes of one matrix's box_rows×box_cols elements: a box zero-fills at its own
+    matrix's edge, never reading the next matrix. Cached like tensor_map_2d."""
+    key = (ptr, dtype, depth, rows, cols, ld, stride, box_rows, box_cols, swizzle)
+
+    def check():
+        check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
+        size = _DATA_TYPES[dtype][1]
+        if not 1 <= depth < 2**32 or (stride * size) % 16 or stride * size >= 2**40 or stride < rows * ld:
+            raise InputError(f"a stack of {depth} matrices needs a matrix stride of at least rows·ld = {rows * ld} "
+                             f"elements whose byte size is a multiple of 16; got {stride}")
+    return _cached(key, check, ptr, dtype, (cols, rows, depth), (ld, stride), (box_cols, box_rows, 1), swizzle,
+                   f"{depth} {rows}×{cols} {dtype} matrices (ld={ld}, stride {stride}, box {box_rows}×{box_cols}, "
+                   f"swizzle {swizzle} B)")
+
+
+def _cached(key, check, ptr: int, dtype: str, dims, strides, box, swizzle: int, what: str) -> np.ndarray:
+    """The map of `key` from the cache, or checked, encoded and cached. dims and box innermost first;
+    strides in elements, for every dimension but the innermost."""
     with _lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
+    check()
     code, size = _DATA_TYPES[dtype]
     encode, error_string = _encode_function()
     tensor_map = _empty_map()
-    dims = (ctypes.c_uint64 * 2)(cols, rows)  # innermost first
-    strides = (ctypes.c_uint64 * 1)(ld * size)  # bytes, for every dimension but the innermost
-    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
-    steps = (ctypes.c_uint32 * 2)(1, 1)
-    result = encode(tensor_map.ctypes.data, code, 2, ctypes.c_void_p(ptr), dims, strides, box, steps,
+    rank = len(dims)
+    c_dims = (ctypes.c_uint64 * rank)(*dims)
+    c_strides = (ctypes.c_uint64 * (rank - 1))(*(s * size for s in strides))  # bytes
+    c_box = (ctypes.c_uint32 * rank)(*box)
+    steps = (ctypes.c_uint32 * rank)(*([1] * rank))
+    result = encode(tensor_map.ctypes.data, code, rank, ctypes.c_void_p(ptr), c_dims, c_strides, c_box, steps,
                     _INTERLEAVE_NONE, _SWIZZLE_MODES[swizzle], _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
     if result != 0:
         text = ctypes.c_char_p()
         error_string(result, ctypes.byref(text))
         reason = text.value.decode() if text.value else f"error {result}"
-        raise DeviceError(f"cuTensorMapEncodeTiled refused a {rows}×{cols} {dtype} matrix (ld={ld}, box "
-                          f"{box_rows}×{box_cols}, swizzle {swizzle} B) at {ptr:#x}: {reason}")
+        raise DeviceError(f"cuTensorMapEncodeTiled refused {what} at {ptr:#x}: {reason}")
     with _lock:
         _cache[key] = tensor_map
         while len(_cache) > _CACHE_ENTRIES:
