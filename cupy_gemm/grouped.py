@@ -22,8 +22,6 @@ that are not C-contiguous with 16-byte aligned rows are copied first. At most MA
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 from . import grouping, launch, registry, tma
@@ -145,13 +143,18 @@ def default_name(dtype: str, rows_per_group: float, n: int) -> str:
     return f"{prefix}_grouped_wgmma_m64n128k16_tile128x128_stages6_ws2"
 
 
-@lru_cache(maxsize=None)
+_flipped: dict[tuple, registry.Variant] = {}  # one Variant per derived parameter set: validated once
+
+
 def _with_b_layout(v: registry.Variant, k_major: bool) -> registry.Variant:
     if v.params["B_KMAJOR"] == int(k_major):
         return v
-    stem = v.name.removesuffix("_nk")
-    return registry.make_variant(v.family, stem + ("_nk" if k_major else ""), v.dtype,
-                                 {**v.params, "B_KMAJOR": int(k_major)}, v.acc)
+    key = (v.to_spec(), k_major)
+    if key not in _flipped:
+        stem = v.name.removesuffix("_nk")
+        _flipped[key] = registry.make_variant(v.family, stem + ("_nk" if k_major else ""), v.dtype,
+                                              {**v.params, "B_KMAJOR": int(k_major)}, v.acc)
+    return _flipped[key]
 
 
 def choose_variant(variant, dtype: str, k_major: bool, rows_per_group: float, n: int) -> registry.Variant:
