@@ -242,6 +242,7 @@ def _stacked(a, b, ends, out, variant, b_layout, layout):
         if k == 0 or g == 0:
             return target.fill(0) or target
         bm, bn = v.params["BM"], v.params["BN"]
+        ends = cupy.ascontiguousarray(ends)  # the kernel reads G consecutive ints (a copy on the device if strided)
         a2 = _rows_ready(a).reshape(rows, k)
         b3 = _rows_ready(b)
         map_a = tma.tensor_map_2d(a2.data.ptr, dtype, rows=rows, cols=k, ld=k, box_rows=bm, box_cols=BOX_COLS)
