@@ -158,6 +158,9 @@ def _resolve_variant(variant, problem: operands.Problem, precision: str | None =
     if variant.family.abi == "scaled":
         raise DTypeError(f"variant {variant.name!r} multiplies fp8 operands with scales: call "
                          f"cupy_gemm.scaled_mm, not matmul or gemm")
+    if variant.family.abi == "grouped":
+        raise InputError(f"variant {variant.name!r} runs many products in one launch: call "
+                         f"cupy_gemm.grouped_matmul, not matmul or gemm")
     if variant.dtype != problem.dtype.name:
         same = variants(problem.dtype.name)
         raise DTypeError(f"variant {variant.name!r} takes {variant.dtype} inputs, not {problem.dtype.name}; "

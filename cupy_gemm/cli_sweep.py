@@ -238,7 +238,7 @@ def _compile_only(args, console: Console, pts, shapes, swept) -> int:
 def bench_variants(families=None, dtypes=None, globs=None) -> list[str]:
     out = []
     for name, v in registry.catalogue().items():
-        if v.family.abi == "scaled":  # fp8 with scales: examples/fp8_timing.py measures those
+        if v.family.abi in ("scaled", "grouped"):  # examples/fp8_timing.py and grouped_timing.py measure those
             continue
         if families and v.family.name not in families:
             continue

@@ -94,3 +94,22 @@ def locate(t: int, prefix, groups, bn: int) -> tuple[int, int, int]:
     local = t - prefix[g]
     cols = -(-groups[g].n // bn)
     return g, local // cols, local % cols
+
+
+def stacked_rows(ends, rows: int, group_rows: int = 0) -> list[tuple[int, int, int]]:
+    """The (start, valid_end, store_end) rows templates/grouped.cu.j2 gives each group of its schedule, as
+    the device computes them from `ends` (host values here). Experts (group_rows = 0): `ends` are
+    cumulative row ends clamped to [0, rows], each group starting where the previous end lies, plus one
+    last group of the rows after the last end (valid_end = start: written with zeros). Masked
+    (group_rows = M_max): `ends` are row counts; group g owns rows g·M_max .., its first count valid."""
+    clamp = lambda x, hi: min(max(int(x), 0), hi)
+    if group_rows:
+        return [(g * group_rows, g * group_rows + clamp(c, group_rows), (g + 1) * group_rows)
+                for g, c in enumerate(ends)]
+    out = []
+    for g, e in enumerate(ends):
+        start = clamp(ends[g - 1], rows) if g else 0
+        end = max(clamp(e, rows), start)
+        out.append((start, end, end))
+    last = clamp(ends[-1], rows) if len(ends) else 0
+    return out + [(last, last, rows)]

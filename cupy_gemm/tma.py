@@ -100,6 +100,23 @@ def tensor_map_2d(ptr: int, dtype: str, *, rows: int, cols: int, ld: int, box_ro
     return hit
 
 
+def tensor_map_3d(ptr: int, dtype: str, *, depth: int, rows: int, cols: int, ld: int, stride: int, box_rows: int,
+                  box_cols: int, swizzle: int = 128) -> np.ndarray:
+    """The tensor map of `depth` row-major rows×cols matrices, matrix d at ptr + d·stride elements (row
+    stride `ld`), copied in boxes of one matrix's box_rows×box_cols elements: a box zero-fills at its own
+    matrix's edge, never reading the next matrix. Cached like tensor_map_2d."""
+    size = _DATA_TYPES.get(dtype, (0, 0))[1]
+    dims, strides, box = (cols, rows, depth), (ld * size, stride * size), (box_cols, box_rows, 1)
+    hit = _cached((ptr, dtype, dims, strides, box, swizzle))
+    if hit is None:
+        check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
+        if not 1 <= depth < 2**32 or (stride * size) % 16 or stride * size >= 2**40 or stride < rows * ld:
+            raise InputError(f"a stack of {depth} matrices needs a matrix stride of at least rows·ld = {rows * ld} "
+                             f"elements whose byte size is a multiple of 16; got {stride}")
+        hit = tensor_map(ptr, dtype, dims=dims, strides=strides, box=box, swizzle=swizzle)
+    return hit
+
+
 def batched_layout(rows: int, cols: int, ld: int, shape, strides, itemsize: int) -> tuple[tuple, tuple]:
     """(dims innermost first, byte strides) of a row-major rows×cols matrix repeated over a batch: the
     matrix's two dimensions, then one per batch dimension, innermost first (`shape` and element `strides`

@@ -66,7 +66,8 @@ def test_renders_the_intended_instructions(name):
     src = render(v)
     ab = "f16" if v.dtype == "float16" else "bf16"
     assert f"wgmma.mma_async.sync.aligned.m64n{v.params['BN']}k16.f32.{ab}.{ab}" in src
-    assert "p, 1, 1, 0, 1;" in src  # scale-d from a predicate, A K-major, B transposed (N-major)
+    # scale-d from a predicate, A K-major, B transposed (N-major): the transpose bit is TRANS_B, 1 by default
+    assert "p, 1, 1, 0, %" in src and "template <int TRANS_B = 1>" in src and "wgmma_async<0>" not in src
     assert "cp.async.bulk.tensor.2d" in src and "__grid_constant__" in src
     assert "__launch_bounds__(THREADS, 1)" in src  # setmaxnreg needs a register cap at entry
     assert "wgmma.wait_group.sync.aligned %0" in src and "wgmma_wait<1>()" in src  # groups overlap

@@ -60,8 +60,8 @@ def tune(shapes, dtype: str = "float32", acc: str | None = None, *, families: It
         names = [registry.lookup(n).name for n in variants]
     else:
         wanted = set(families) if families is not None else None
-        names = [n for n, v in cat.items() if v.dtype == dtype and v.acc == acc
-                 and (wanted is None or v.family.name in wanted)]
+        names = [n for n, v in cat.items() if v.dtype == dtype and v.acc == acc and v.family.abi in ("pointers", "tma")
+                 and (wanted is None or v.family.name in wanted)]  # scaled_mm's and grouped_matmul's run elsewhere
     defaults = {m.name: _default_for(dtype, acc, m.cc) for m in models}
     names += [d for d in dict.fromkeys(defaults.values()) if d and d not in names]
     pts = space.catalogue_points(names)

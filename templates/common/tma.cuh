@@ -51,6 +51,15 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap* map, 
                  : "memory");
 }
 
+// The same for a 3-D tensor (c2 outermost): a stack of matrices, one per c2, whose boxes zero-fill at
+// each matrix's own edge instead of reading into the next one.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap* map, unsigned bar, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, { %3, %4, %5 }], [%2];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
 // ---- TMA stores: shared memory -> global, clipped at the tensor's edge ----------------------------
 // Ordinary stores to shared memory become visible to the copy engine only after this fence.
 __device__ __forceinline__ void fence_proxy_async_smem() {

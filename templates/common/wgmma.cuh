@@ -41,6 +41,7 @@ __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.
 constexpr int WGMMA_K = {{ WK }};
 
 // D(64×{{ BN }}, fp32) = A(64×{{ WK }}) · B({{ WK }}×{{ BN }}) + (accumulate ? D : 0), {{ AB }} inputs.
+// TRANS_B (16-bit inputs only): 1 for an N-major B, 0 for a K-major one (B stored as Bᵀ, N rows of K).
 {% if DTYPE == "float32" %}
 // Both operands K-major (rows of K contiguous); the tensor cores read the 32-bit patterns in shared
 // memory as tf32, ignoring the 13 low mantissa bits (a tf32 tensor map has TMA round them away first).
@@ -48,9 +49,10 @@ constexpr int WGMMA_K = {{ WK }};
 // column 8*(i/4) + 2*(t%4) + i%2.
 {% else %}
 // A is K-major (rows of K contiguous); B is N-major (rows of N contiguous), hence the transpose bit
-// (imm-trans-b = 1), which 16-bit types allow. Accumulator register i of thread t of the warpgroup holds
+// (imm-trans-b = TRANS_B = 1), which 16-bit types allow; TRANS_B = 0 reads a K-major B. Accumulator register i of thread t of the warpgroup holds
 // row 16*(t/32) + (t%32)/4 + 8*((i/2)%2), column 8*(i/4) + 2*(t%4) + i%2.
 {% endif %}
+template <int TRANS_B = 1>
 __device__ __forceinline__ void wgmma_async(float (&d)[{{ NACC }}], unsigned long long desc_a,
                                             unsigned long long desc_b, int accumulate) {
     asm volatile(
@@ -60,10 +62,10 @@ __device__ __forceinline__ void wgmma_async(float (&d)[{{ NACC }}], unsigned lon
 {% if DTYPE == "float32" %}
         "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1;\n}\n"
 {% else %}
-        "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1, 0, 1;\n}\n"
+        "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1, 0, %{{ NACC + 3 }};\n}\n"
 {% endif %}
 {{ acc_constraints(NACC) | trim("\n") }}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
 
 // Epilogue for one thread's pair of adjacent columns: C = alpha * acc + beta * C, with C read only
