@@ -12,6 +12,7 @@ from .errors import ConfigError, InputError, ModuleLoadError
 from .families.base import CUDA_TYPES
 from .registry import Variant
 from .render import KERNEL_NAME
+from .workspace import split_k_counter_bytes, split_k_workspace, workspace  # noqa: F401  (launch.workspace)
 
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Z = 65535  # a larger batch loops over blockIdx.z
@@ -108,16 +109,6 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     return best if cost(best) <= SPLIT_MARGIN * cost(1) else 1
 
 
-def split_k_counter_bytes(tiles: int) -> int:
-    """The counters at the start of templates/common/split_k.cuh's workspace, padded to 256 bytes."""
-    return -(-tiles * 4 // 256) * 256
-
-
-def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
-    """Bytes of templates/common/split_k.cuh's workspace: the counters, then fp32 partial tiles."""
-    return split_k_counter_bytes(tiles) + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
-
-
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
                   registers: int | None = None, batch: int = 1) -> LaunchConfig:
     """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed).
@@ -204,34 +195,6 @@ def _load_module(variant: Variant, arch: str) -> tuple[object, Compiled]:
 def pointer_args(A, B, C, m, n, k, lda, ldb, ldc, alpha, beta) -> tuple:
     return (A, B, C, np.int32(m), np.int32(n), np.int32(k), np.int64(lda), np.int64(ldb), np.int64(ldc),
             np.float32(alpha), np.float32(beta))
-
-
-_workspaces: dict[tuple[int, int], list] = {}  # (device, stream) -> [buffer, bytes at its start known zero]
-
-
-def workspace(device, nbytes: int, counter_bytes: int = 0, partials: bool = False):
-    """A scratch buffer of at least nbytes for split-K kernels, one per device and stream (kernels on one
-    stream run in order), whose first counter_bytes — the counters of templates/common/split_k.cuh — are
-    zero when the next kernel on the stream starts. A kernel leaves its own counters at zero, but its
-    partial tiles (partials=True), written right after them, fill the place where a launch with more tiles
-    keeps counters: so the buffer's zero prefix is tracked here, and a launch that needs more counters
-    than it holds first zeroes the difference (one memset on the stream; none when shapes repeat)."""
-    import cupy
-    stream = cupy.cuda.get_current_stream()
-    key = (device.id, stream.ptr)
-    entry = _workspaces.get(key)
-    if entry is None or entry[0].nbytes < nbytes:
-        size = max(nbytes, 2 * (entry[0].nbytes if entry is not None else 0), 1 << 16)
-        with device:
-            entry = [cupy.zeros(size, dtype=np.uint8), size]
-        _workspaces[key] = entry
-    buf, zero = entry
-    if zero < counter_bytes:
-        with device:
-            cupy.cuda.runtime.memsetAsync(buf.data.ptr + zero, 0, counter_bytes - zero, stream.ptr)
-        zero = counter_bytes
-    entry[1] = min(zero, counter_bytes) if partials else zero
-    return buf
 
 
 POINTER_SLOTS = 3  # A, B and C lead a "pointers" ABI argument tuple; the rest depends on shapes only
