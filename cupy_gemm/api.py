@@ -8,7 +8,7 @@ from functools import lru_cache, partial
 from . import batched, devices, dispatch, launch, operands, prepared, registry, tuning
 from . import compile as _compile
 from . import epilogue as _epilogue
-from .errors import ConfigError, DeviceError, DTypeError, InputError, UnknownVariantError
+from .errors import DeviceError, DTypeError, InputError, UnknownVariantError
 from .registry import Variant
 from .render import render as _render_variant
 
