@@ -25,8 +25,11 @@ SOME = [FP16, "hgemm_wgmma_m64n256k16_stages4_ws2_regstore", "bgemm_wgmma_m64n25
 SPLITK = list({n.split("_")[0]: n for n in reversed(NAMES) if n.endswith("_splitk")}.values())
 SPLITK.append("hgemm_wgmma_m64n256k16_stages4_ws2_splitk")  # two consumers, TMA stores
 
-CUSTOM = epilogue.build("y = x * scale + bias[j] + res[i, j] * rowscale[i]",
-                        operands={"scale": "scalar", "bias": "col", "res": "full", "rowscale": "row"})
+def custom(dtype):
+    """The custom epilogue for a variant of `dtype`: res is in the output's dtype (_custom_values)."""
+    return epilogue.build("y = x * scale + bias[j] + res[i, j] * rowscale[i]",
+                          operands={"scale": "scalar", "bias": "col", "res": ("full", dtype),
+                                    "rowscale": ("row", "float16")})
 
 
 def _erf(x):
@@ -98,7 +101,7 @@ def _run(v, a, b, out, *, alpha=1.0, beta=0.0, ep=None, values=None):
 
 def _expect(v, a, b, c=None, *, alpha=1.0, beta=0.0, ep_name=None, custom=None):
     """The float64 result and the scale of its rounding error (verify.reference's), carried through the
-    epilogue: by its slope for a built-in; for CUSTOM by |scale| plus the size of what it adds."""
+    epilogue: by its slope for a built-in; for the custom one by |scale| plus the size of what it adds."""
     ref, scale = verify.reference(a, b, c, alpha, beta)
     if ep_name is not None:
         fn, slope = REFERENCE[ep_name]
@@ -138,7 +141,7 @@ def test_every_entry_batched_with_a_custom_epilogue(name):
     b = _b_operand(v, (count, k, n), 2)
     out = _poisoned((count, m, n), v.dtype)
     values = _custom_values(v, m, n, 3)
-    _run(v, a, b, out, ep=CUSTOM, values=values)
+    _run(v, a, b, out, ep=custom(v.dtype), values=values)
     ref, scale = _expect(v, a, b, custom=values)
     _verify(v, out, ref, scale, k, f"batch of {count} {m}x{n}x{k} + custom epilogue")
 
@@ -216,7 +219,7 @@ def test_split_k_over_a_batch_with_an_epilogue(name, beta):
     values = _custom_values(v, m, n, 34)
     for _ in range(2):
         out = c.copy() if beta else _poisoned((5, m, n), v.dtype)
-        _run(v, a, b, out, alpha=1.5, beta=beta, ep=CUSTOM, values=values)
+        _run(v, a, b, out, alpha=1.5, beta=beta, ep=custom(v.dtype), values=values)
         ref, scale = _expect(v, a, b, c, alpha=1.5, beta=beta, custom=values)
         _verify(v, out, ref, scale, k, f"split 3, batch of 5, beta={beta}")
 
@@ -251,5 +254,5 @@ def test_custom_epilogue_reads_row_col_full_and_scalar(name):
         a, b = _padded((m, k), v.dtype, m + 1), _b_operand(v, (k, n), n + 1)
         values = _custom_values(v, m, n, m + n)
         out = _poisoned((m, n), v.dtype)
-        _run(v, a, b, out, ep=CUSTOM, values=values)
+        _run(v, a, b, out, ep=custom(v.dtype), values=values)
         _verify(v, out, *_expect(v, a, b, custom=values), k, f"{m}x{n}x{k} + custom")
