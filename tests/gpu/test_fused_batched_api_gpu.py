@@ -166,7 +166,7 @@ BATCH_CASES = [  # (a shape, b shape): cupy.matmul's broadcasting
 @pytest.mark.parametrize("shapes", BATCH_CASES, ids=lambda s: f"{s[0]}@{s[1]}")
 def test_batched_matmul_matches_numpy(dtype, shapes):
     a, b = _rand(shapes[0], dtype, 31), _rand(shapes[1], dtype, 32)
-    want = np.matmul(np.empty(shapes[0]), np.empty(shapes[1])).shape
+    want = np.matmul(np.zeros(shapes[0], np.int8), np.zeros(shapes[1], np.int8)).shape
     out = cupy.full(want, cupy.nan, dtype)
     cupy_gemm.matmul(a, b, out=out)
     _check_batched(out, a, b, dtype)
