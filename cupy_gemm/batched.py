@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import batching, launch, operands, prepared, registry
+from . import batching, dispatch, launch, operands, prepared, registry
 from .errors import DeviceError, DTypeError, InputError
 
 
@@ -69,7 +69,8 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
                 decide(variant, operands.Problem(1, 1, 1, a.dtype, device.id), precision)
             _empty_batch(full, alpha, beta, plan, epilogue, values)
             return out
-        chosen = _choose(variant, decide, plan, a.dtype, device, precision)
+        chosen = _choose(variant, decide, plan, a.dtype, device, precision,
+                         ("batched", "epilogue") if epilogue is not None else ("batched",))
         _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values)
     return out
 
@@ -114,18 +115,30 @@ def _empty_batch(out, alpha, beta, plan, epilogue, values):
             prepared.epilogue_only(epilogue, member, values)
 
 
-def _choose(variant, decide, plan, dtype, device, precision):
-    """The variant for the batch: the caller's (it must run batches), or the default's choice for the
-    folded shape (the batch's tiles fill the GPU together; decide falls back to a family that runs
-    batches)."""
-    problem = operands.Problem(plan.count * plan.m, plan.n, plan.k, np.dtype(dtype), device.id)
-    chosen = decide(variant, problem, precision)
-    if isinstance(chosen, str):  # "cublas"
-        raise InputError("variant='cublas' runs 2-D products here; for batches call cupy.matmul itself")
-    if not chosen.family.batched:
-        raise InputError(f"variant {chosen.name!r} (family {chosen.family.name}) runs no batches; families that "
-                         f"do: {', '.join(sorted(n for n, f in registry.families().items() if f.batched))}")
-    return chosen
+def _choose(variant, decide, plan, dtype, device, precision, needs):
+    """The variant for the batch: the caller's (it must run batches), or by default the batched entry of
+    the dtype's big-tile and small-tile lists that pads a member's C least (the larger tile among equals):
+    a member is often one tile or a few, where padding, not waves, decides."""
+    if variant is not None:
+        problem = operands.Problem(plan.m, plan.n, plan.k, np.dtype(dtype), device.id)
+        chosen = decide(variant, problem, precision)
+        if isinstance(chosen, str):  # "cublas"
+            raise InputError("variant='cublas' runs 2-D products here; for batches call cupy.matmul itself")
+        if not chosen.family.batched:
+            raise InputError(f"variant {chosen.name!r} (family {chosen.family.name}) runs no batches; families "
+                             f"that do: {', '.join(sorted(n for n, f in registry.families().items() if f.batched))}")
+        return chosen
+    gpu = dispatch.gpu_of(device.id)
+    key = dispatch.defaults_key(np.dtype(dtype).name, precision)
+    lists = dispatch.candidates()
+    usable = [registry.lookup(name) for role in ("default", "small_tile") for name in lists[role][key]
+              if dispatch.why_not(name, key, gpu.cc) is None]
+    usable = [v for v in usable if all(getattr(v.family, need) for need in needs)]
+    if not usable:
+        raise InputError(f"no variant for {key} batches{' with an epilogue' if 'epilogue' in needs else ''} runs "
+                         f"on this GPU")
+    area = lambda v: v.family.tile(v.params)[0] * v.family.tile(v.params)[1]
+    return min(usable, key=lambda v: (dispatch.padded_area(v, plan.m, plan.n), -area(v)))
 
 
 def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values):
