@@ -3,7 +3,7 @@
 // 2*(t%4) + i%2 of the tile at (row0, col0). In place, once, before either store path: acc[i] becomes
 // apply_epilogue(alpha·acc + beta·C) of its element of C, so the stores write acc as it is. One copy of the
 // epilogue's code rather than one per store path keeps the 128-accumulator tiles clear of spills. C is
-// read only when beta != 0.
+// read only when beta != 0. Elements past M or N keep alpha·acc (the stores drop them).
 template <int NACC>
 __device__ __forceinline__ void epilogue_in_place(float (&acc)[NACC], const T_IN* C, long long ldc, int M, int N,
                                                   int row0, int col0, float alpha, float beta,
@@ -14,10 +14,10 @@ __device__ __forceinline__ void epilogue_in_place(float (&acc)[NACC], const T_IN
         const int row = row0 + warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
         const int col = col0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
         float x = alpha * acc[i];
-        if (beta != 0.f && row < M && col < N) x = fmaf(beta, to_float(C[offset(row, col, ldc)]), x);
-        // no branch around the epilogue: straight-line code lets the compiler interleave the elements'
-        // operand loads and arithmetic (apply_epilogue clamps its indices, so rows and columns past M and
-        // N read the last ones, and the stores drop them)
-        acc[i] = apply_epilogue(x, row, col, epi);
+        if (row < M && col < N) {
+            if (beta != 0.f) x = fmaf(beta, to_float(C[offset(row, col, ldc)]), x);
+            x = apply_epilogue(x, row, col, epi);
+        }
+        acc[i] = x;
     }
 }
