@@ -78,9 +78,9 @@ def batched_part(dtype, l2, launches, rows):
         out_shape = np.broadcast_shapes(sa[:-2], sb[:-2]) + (sa[-2], sb[-1])
         data = sets([sa, sb], dtype, l2, out_shape)
         a, b, out = data[0]
-        ref = np.matmul(cupy.asnumpy(a[:2].astype(cupy.float32) if len(sa) > 2 else a.astype(cupy.float32)),
-                        cupy.asnumpy(b[:2].astype(cupy.float32) if len(sb) > 2 else b.astype(cupy.float32)))
-        got = cupy_gemm.matmul(a[:2] if len(sa) > 2 else a, b[:2] if len(sb) > 2 else b)
+        ref = np.matmul(cupy.asnumpy(a[:1].astype(cupy.float32) if len(sa) > 2 else a.astype(cupy.float32)),
+                        cupy.asnumpy(b[:1].astype(cupy.float32) if len(sb) > 2 else b.astype(cupy.float32)))
+        got = cupy_gemm.matmul(a[:1] if len(sa) > 2 else a, b[:1] if len(sb) > 2 else b)
         err = float(np.abs(cupy.asnumpy(got.astype(cupy.float32)) - ref).max())
         ours = gpu_us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[2]) for d in data], launches)
         try:
