@@ -11,6 +11,8 @@ it runs:
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from . import batching, dispatch, launch, operands, prepared, registry
@@ -44,8 +46,14 @@ def check(a, b, c, out, beta: float) -> batching.BatchPlan:
 
 
 def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None):
-    """alpha·a@b + beta·c for operands of any dimension >= 1 (at least one not 2-D), into out."""
+    """alpha·a@b + beta·c for operands of any dimension >= 1 (at least one not 2-D), into out. A call
+    whose operands needed no copy is remembered by the key of prepared.py: repeating it with arrays of
+    the same shapes, strides, dtypes and alignment only rebinds the addresses and launches."""
     import cupy
+    key = prepared._key(a, b, c, out, alpha, beta, variant, precision, epilogue)
+    known = _entries.get(key) if key is not None else None
+    if known is not None:
+        return _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values)
     plan = check(a, b, c, out, beta)
     beta = beta if c is not None else 0.0
     device = prepared.device_of(a.device.id)
@@ -54,15 +62,11 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
             out = cupy.empty(plan.out_shape, a.dtype)
         if beta != 0 and c is not out and not operands.same_view(c, out):
             out[...] = c
-        full = _unsqueezed(out, a.ndim == 1, b.ndim == 1)  # (batch..., M, N)
-        a3 = a[None, :] if a.ndim == 1 else a  # (..., 1, K)
-        b3 = b[:, None] if b.ndim == 1 else b  # (..., K, 1)
+        a3, b3, full = _matrices(a, b, out)
         folded = _fold(a3, b3, full, plan, epilogue)
         if folded is not None:
-            a2, out2 = folded
-            b2 = b3[(0,) * (b3.ndim - 2)]  # b's batch dimensions are broadcast (size 1 or stride 0)
-            prepared.call(a2, b2, out2 if beta else None, out2, alpha, beta, variant, decide, precision,
-                          epilogue, values)
+            _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values)
+            _remember(key, ("fold", plan))
             return out
         if 0 in (plan.count, plan.m, plan.n) or plan.k == 0:
             if variant is not None:  # an unknown or unfit variant is still an error
@@ -71,8 +75,61 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
             return out
         chosen = _choose(variant, decide, plan, a.dtype, device, precision,
                          ("batched", "epilogue") if epilogue is not None else ("batched",))
-        _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values)
+        run = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values)
+        if run is not None:
+            _remember(key, ("launch", plan, run))
     return out
+
+
+ENTRIES = 256  # call geometries kept (least recently used dropped)
+_entries: OrderedDict = OrderedDict()
+
+
+def _remember(key, entry) -> None:
+    if key is None:
+        return
+    with prepared._lock:
+        _entries[key] = entry
+        while len(_entries) > ENTRIES:
+            _entries.popitem(last=False)
+
+
+def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values):
+    """A call with a known key: the checks that look at addresses, then the remembered way."""
+    import cupy
+    kind, plan = known[0], known[1]
+    if out is None:
+        out = cupy.empty(plan.out_shape, a.dtype)
+    else:
+        operands.check_addresses(a, b, c, out, beta)
+    beta = beta if c is not None else 0.0
+    if beta != 0 and c is not out and not operands.same_view(c, out):
+        out[...] = c
+    a3, b3, full = _matrices(a, b, out)
+    if kind == "fold":
+        _run_folded(_fold(a3, b3, full, plan, epilogue), alpha, beta, variant, decide, precision, epilogue, values)
+        return out
+    run = known[2]
+    member = lambda x: x[(0,) * (x.ndim - 2)]
+    if run.variant.family.make_args is None:  # the pointer ABI: member 0 starts where each array does
+        args = (a3, b3, full) + run.args[launch.POINTER_SLOTS:]
+    else:
+        args = run.rebind(member(a3), member(b3), member(full))
+    if epilogue is not None:
+        args = run.with_epilogue(epilogue.pack(values, plan.m, plan.n), args)
+    run.launch(args)
+    return out
+
+
+def _matrices(a, b, out):
+    """a, b and out with NumPy's 1-D operands made matrices: (..., 1, K), (..., K, 1), (..., M, N)."""
+    full = _unsqueezed(out, a.ndim == 1, b.ndim == 1)
+    return (a[None, :] if a.ndim == 1 else a), (b[:, None] if b.ndim == 1 else b), full
+
+
+def _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values):
+    a2, b2, out2 = folded
+    prepared.call(a2, b2, out2 if beta else None, out2, alpha, beta, variant, decide, precision, epilogue, values)
 
 
 def _unsqueezed(out, squeeze_m: bool, squeeze_n: bool):
@@ -84,7 +141,7 @@ def _unsqueezed(out, squeeze_m: bool, squeeze_n: bool):
 
 
 def _fold(a, b, out, plan, epilogue):
-    """(a as count·M × K, out as count·M × N) when b is one matrix for the whole batch and a's and out's
+    """(a as count·M × K, b's matrix, out as count·M × N) when b is one matrix for the whole batch and a's and out's
     members follow each other along the rows; else None. An epilogue reading row or full operands
     indexes a member's rows, which the folded product would not: it does not fold."""
     import cupy
@@ -99,7 +156,8 @@ def _fold(a, b, out, plan, epilogue):
         if plan.shape and strides[0] * x.itemsize != plan.m * row_stride:
             return None
         views.append(cupy.ndarray((rows, cols), x.dtype, x.data, strides=(row_stride, col_stride)))
-    return tuple(views)
+    b2 = b[(0,) * (b.ndim - 2)]  # b's batch dimensions are broadcast (size 1 or stride 0)
+    return views[0], b2, views[1]
 
 
 def _empty_batch(out, alpha, beta, plan, epilogue, values):
@@ -154,7 +212,7 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values):
     B = _member_layout(cupy, b, fam.b_layout or "row", align, rows=k_pad, cols=n_pad)
     C, copy_back = out, None
     if n_pad != plan.n or not _fits(out, "row", align):
-        C = cupy.zeros(out.shape[:-1] + (n_pad,), out.dtype)
+        C = cupy.empty(out.shape[:-1] + (n_pad,), out.dtype)  # the kernel writes all of it
         if beta != 0:
             C[..., :plan.n] = out
         copy_back = C[..., :plan.n]
@@ -177,6 +235,8 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values):
     run()
     if copy_back is not None:
         out[...] = copy_back
+        return None
+    return run if A is a and B is b else None  # a repeated call may reuse it: nothing was copied
 
 
 def _fits(x, order: str, align: int) -> bool:
