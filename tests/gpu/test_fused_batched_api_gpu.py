@@ -233,3 +233,19 @@ def test_batched_errors():
     with pytest.raises(InputError, match="runs no batches"):
         cupy_gemm.matmul(a[:, :1], b[:1], variant="sgemv_skinny_r1")
     prepared.clear()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shapes", [((4, 100, 64), (4, 64, 136)), ((6, 129, 64), (64, 72))], ids=["batched", "fold"])
+def test_repeated_batched_calls_use_each_calls_arrays(dtype, shapes):
+    """The remembered launch rebinds every call's own operands, output and epilogue operands."""
+    for seed in range(3):
+        a, b = _rand(shapes[0], dtype, 70 + seed), _rand(shapes[1], dtype, 80 + seed)
+        bias = _rand((shapes[1][-1],), dtype, 90 + seed)
+        out = cupy.full(shapes[0][:-1] + (shapes[1][-1],), cupy.nan, dtype)
+        cupy_gemm.matmul(a, b, bias=bias, out=out)
+        ref = _batched_ref(a, b) + cupy.asnumpy(bias.astype(cupy.float64))
+        got = cupy.asnumpy(out.astype(cupy.float64))
+        acc = "tf32" if dtype == "float32" and api.defaults_key(dtype, None) == "tf32" else "float32"
+        tol = verify.bound_factor(dtype, acc, 64) * 16 * (np.abs(ref) + 8)
+        assert np.all(np.abs(got - ref) <= tol), f"call {seed}"
