@@ -77,7 +77,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
                          ("batched", "epilogue") if epilogue is not None else ("batched",))
         run = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values)
         if run is not None:
-            _remember(key, ("launch", plan, run))
+            _remember(key, ("launch", plan, run, OrderedDict()))
     return out
 
 
@@ -109,12 +109,17 @@ def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogu
     if kind == "fold":
         _run_folded(_fold(a3, b3, full, plan, epilogue), alpha, beta, variant, decide, precision, epilogue, values)
         return out
-    run = known[2]
+    run, addresses = known[2], known[3]
     member = lambda x: x[(0,) * (x.ndim - 2)]
     if run.variant.family.make_args is None:  # the pointer ABI: member 0 starts where each array does
         args = (a3, b3, full) + run.args[launch.POINTER_SLOTS:]
-    else:
-        args = run.rebind(member(a3), member(b3), member(full))
+    else:  # tensor maps embed the addresses: argument tuples kept per address triple, as prepared.py does
+        where = (a.data.ptr, b.data.ptr, out.data.ptr)
+        args = addresses.get(where)
+        if args is None:
+            args = addresses[where] = run.rebind(member(a3), member(b3), member(full))
+            while len(addresses) > prepared.ADDRESSES:
+                addresses.popitem(last=False)
     if epilogue is not None:
         args = run.with_epilogue(epilogue.pack(values, plan.m, plan.n), args)
     run.launch(args)
