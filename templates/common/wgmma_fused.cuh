@@ -9,15 +9,32 @@ __device__ __forceinline__ void epilogue_in_place(float (&acc)[NACC], const T_IN
                                                   int row0, int col0, float alpha, float beta,
                                                   const EpilogueParams& epi) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int row = row0 + warp * 16 + lane / 4;  // and row + 8
+    // Chunks of 8 accumulators (16 columns, two rows): a chunk inside C runs straight-line, so its
+    // elements' operand loads and arithmetic overlap; one at C's edge checks each element. The barrier
+    // between chunks keeps the compiler from hoisting loads across them, which would spill.
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) {
-        const int row = row0 + warp * 16 + lane / 4 + 8 * ((i / 2) % 2);
-        const int col = col0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
-        float x = alpha * acc[i];
-        if (row < M && col < N) {
-            if (beta != 0.f) x = fmaf(beta, to_float(C[offset(row, col, ldc)]), x);
-            x = apply_epilogue(x, row, col, epi);
+    for (int i0 = 0; i0 < NACC; i0 += 8) {
+        if (row + 8 < M && col0 + 8 * (i0 / 4) + 15 < N) {
+#pragma unroll
+            for (int i = i0; i < i0 + 8; ++i) {
+                const int r = row + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+                float x = alpha * acc[i];
+                if (beta != 0.f) x = fmaf(beta, to_float(C[offset(r, col, ldc)]), x);
+                acc[i] = apply_epilogue(x, r, col, epi);
+            }
+        } else {
+#pragma unroll
+            for (int i = i0; i < i0 + 8; ++i) {
+                const int r = row + 8 * ((i / 2) % 2), col = col0 + 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+                float x = alpha * acc[i];
+                if (r < M && col < N) {
+                    if (beta != 0.f) x = fmaf(beta, to_float(C[offset(r, col, ldc)]), x);
+                    x = apply_epilogue(x, r, col, epi);
+                }
+                acc[i] = x;
+            }
         }
-        acc[i] = x;
+        asm volatile("" ::: "memory");
     }
 }
