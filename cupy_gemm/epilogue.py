@@ -26,16 +26,19 @@ KINDS = ("row", "col", "full", "scalar")  # how an operand is indexed: name[i], 
 FUNCTIONS = frozenset({
     "expf", "logf", "log1pf", "expm1f", "tanhf", "erff", "erfcf", "sqrtf", "rsqrtf", "fabsf", "fminf", "fmaxf",
     "powf", "sinf", "cosf", "floorf", "ceilf", "roundf", "truncf", "copysignf", "fmaf", "normcdff",
+    "__fdividef", "one_plus_erff",  # branch-free division (2 ulp) and 1 + erf (templates/common/epilogue.cuh)
 })
 RESERVED = frozenset({"x", "i", "j", "y"}) | FUNCTIONS
 
-# built-in steps: name -> (expression, operands it needs as {placeholder: kind})
+# built-in steps: name -> (expression, operands it needs as {placeholder: kind}). Branch-free on purpose:
+# a kernel applies them to many accumulators at once, and erff's, tanhf's and IEEE division's internal
+# branches would serialise those elements. gelu_tanh uses 0.5·x·(1 + tanh(u)) = x / (1 + exp(-2u)).
 BUILTINS = {
     "relu": ("fmaxf(x, 0.0f)", {}),
-    "gelu": ("0.5f * x * (1.0f + erff(x * 0.70710678118654752f))", {}),
-    "gelu_tanh": ("0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)))", {}),
-    "silu": ("x / (1.0f + expf(-x))", {}),
-    "sigmoid": ("1.0f / (1.0f + expf(-x))", {}),
+    "gelu": ("0.5f * x * one_plus_erff(x * 0.70710678118654752f)", {}),
+    "gelu_tanh": ("__fdividef(x, 1.0f + expf(-1.5957691216057308f * (x + 0.044715f * x * x * x)))", {}),
+    "silu": ("__fdividef(x, 1.0f + expf(-x))", {}),
+    "sigmoid": ("__fdividef(1.0f, 1.0f + expf(-x))", {}),
 }
 
 _TOKEN = re.compile(r"""
