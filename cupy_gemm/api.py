@@ -136,8 +136,8 @@ def _one_of(variant, precision) -> None:
 
 
 def _resolve_variant(variant, problem: operands.Problem, precision: str | None = None, needs=()) -> Variant | str:
-    """needs: Family flags ("batched", "epilogue") the call uses; the default's choice falls back to the
-    first entry of the dtype's big-tile list that has them (a variant the caller names is checked later)."""
+    """needs: Family flags ("batched", "epilogue") the call uses; the default is chosen among the entries
+    that have them (a variant the caller names is checked later)."""
     key = defaults_key(problem.dtype.name, precision)
     if isinstance(variant, Kernel):
         variant = variant.variant
@@ -146,9 +146,7 @@ def _resolve_variant(variant, problem: operands.Problem, precision: str | None =
     if variant is None:
         gpu = dispatch.gpu_of(problem.device_id)
         _check_3xtf32(key, gpu.cc)
-        variant = dispatch.choose(gpu, key, problem.m, problem.n, problem.k).variant
-        if not all(getattr(registry.lookup(variant).family, need) for need in needs):
-            variant = dispatch.first_default(key, gpu.cc, needs)
+        variant = dispatch.choose(gpu, key, problem.m, problem.n, problem.k, needs=needs).variant
     if isinstance(variant, str):
         if variant == CUBLAS:
             return CUBLAS

@@ -195,8 +195,7 @@ def _choose(variant, decide, plan, dtype, device, precision, needs):
     key = dispatch.defaults_key(np.dtype(dtype).name, precision)
     lists = dispatch.candidates()
     usable = [registry.lookup(name) for role in ("default", "small_tile") for name in lists[role][key]
-              if dispatch.why_not(name, key, gpu.cc) is None]
-    usable = [v for v in usable if all(getattr(v.family, need) for need in needs)]
+              if dispatch.why_not(name, key, gpu.cc, needs) is None]
     if not usable:
         raise InputError(f"no variant for {key} batches{' with an epilogue' if 'epilogue' in needs else ''} runs "
                          f"on this GPU")

@@ -96,11 +96,15 @@ def candidates() -> dict[str, dict[str, tuple[str, ...]]]:
     return {role: {key: tuple(data.get(role, {}).get(key, ())) for key in DTYPE_KEYS} for role in ROLES}
 
 
-def why_not(name: str, key: str, cc: int) -> str | None:
-    """None if `name` can serve dtype key `key` on compute capability cc, else the reason it cannot."""
+def why_not(name: str, key: str, cc: int, needs=()) -> str | None:
+    """None if `name` can serve dtype key `key` on compute capability cc, else the reason it cannot.
+    needs: Family flags the call uses ("batched", "epilogue")."""
     v = registry.catalogue().get(name)
     if v is None:
         return "not in the catalogue"
+    lacking = [need for need in needs if not getattr(v.family, need)]
+    if lacking:
+        return f"family {v.family.name} has no {' or '.join(lacking)} support"
     # tf32 and 3xtf32 may fall back to exact float32 (GPUs without TF32 do, as cupy.matmul), never the
     # other way round
     dtype = "float32" if key in ("tf32", "3xtf32") else key
@@ -115,20 +119,21 @@ def first_default(key: str, cc: int, needs=()) -> str:
     """The dtype key's big-tile default on compute capability cc, whatever the shape; needs: Family flags
     it must have ("batched", "epilogue")."""
     for name in candidates()["default"][key]:
-        if why_not(name, key, cc) is None and all(getattr(registry.lookup(name).family, f) for f in needs):
+        if why_not(name, key, cc, needs) is None:
             return name
     raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {cc}"
                      f"{' with ' + ' and '.join(needs) if needs else ''}")
 
 
-def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row") -> Decision:
+def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", needs=()) -> Decision:
+    """needs: Family flags the call uses ("epilogue" for a fused epilogue): entries without them are skipped."""
     notes: list[str] = []
     table = selection_tables.table_for(gpu.name, gpu.cc)
     if table is not None:
         for entry, distance in selection_tables.nearest(table, key, layout, m, n, k):
             if distance > TABLE_REACH:
                 break
-            reason = why_not(entry["variant"], key, gpu.cc)
+            reason = why_not(entry["variant"], key, gpu.cc, needs)
             if reason is None:
                 return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
                                 f"{_shape(entry)} (log2 distance {distance:.2f})", tuple(notes))
@@ -137,14 +142,14 @@ def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row") -> D
                      f"{2 ** TABLE_REACH:g} of {m}×{n}×{k} in every dimension")
     else:
         notes.append(f"no dispatch table for {gpu.name} (sm_{gpu.cc})")
-    return _heuristic(gpu, key, m, n, k, notes)
+    return _heuristic(gpu, key, m, n, k, notes, needs)
 
 
-def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str]) -> Decision:
+def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], needs=()) -> Decision:
     usable = {role: [] for role in ROLES}
     for role, names in candidates().items():
         for name in names[key]:
-            reason = why_not(name, key, gpu.cc)
+            reason = why_not(name, key, gpu.cc, needs)
             if reason is None and role == "split_k" and not registry.catalogue()[name].family.split_k:
                 reason = "its family does not split K"
             if reason is None:

@@ -282,3 +282,15 @@ def test_explain_takes_a_precision():
     assert text.startswith("3xtf32 4096×4096×4096") and "variant: sgemm_wgmma_3xtf32_" in text
     with pytest.raises(DTypeError, match="float32 inputs only"):
         dispatch.explain("float16", 64, 64, 64, h100, precision="3xtf32")
+
+
+@pytest.mark.parametrize("key", ["float16", "bfloat16", "float32", "tf32"])
+@pytest.mark.parametrize("mnk", [(1, 4096, 4096), (4, 14336, 4096), (129, 1000, 33), (4096, 4096, 1024)])
+@pytest.mark.parametrize("named", [("NVIDIA H100 80GB HBM3", 90), ("NVIDIA A100-SXM4-80GB", 80)])
+def test_needs_skip_entries_whose_family_lacks_them(key, mnk, named):
+    """A fused epilogue or a batch is served by a family that has it, table or heuristic alike."""
+    g = dispatch.describe_gpu(*named)
+    for needs in (("epilogue",), ("batched",), ("batched", "epilogue")):
+        chosen = registry.lookup(dispatch.choose(g, key, *mnk, needs=needs).variant)
+        assert all(getattr(chosen.family, need) for need in needs), (chosen.name, needs)
+    assert "has no epilogue support" in (dispatch.why_not("hgemv_skinny_r1", "float16", 90, ("epilogue",)) or "")

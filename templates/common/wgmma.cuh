@@ -49,8 +49,9 @@ constexpr int WGMMA_K = {{ WK }};
 // column 8*(i/4) + 2*(t%4) + i%2.
 {% else %}
 // A is K-major (rows of K contiguous); B is N-major (rows of N contiguous), hence the transpose bit
-// (imm-trans-b = TRANS_B = 1), which 16-bit types allow; TRANS_B = 0 reads a K-major B. Accumulator register i of thread t of the warpgroup holds
-// row 16*(t/32) + (t%32)/4 + 8*((i/2)%2), column 8*(i/4) + 2*(t%4) + i%2.
+// (imm-trans-b = TRANS_B = 1), which 16-bit types allow; TRANS_B = 0 reads a K-major B. Accumulator
+// register i of thread t of the warpgroup holds row 16*(t/32) + (t%32)/4 + 8*((i/2)%2), column
+// 8*(i/4) + 2*(t%4) + i%2.
 {% endif %}
 template <int TRANS_B = 1>
 __device__ __forceinline__ void wgmma_async(float (&d)[{{ NACC }}], unsigned long long desc_a,
