@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import grouping, launch, registry, tma
-from .errors import DTypeError, InputError
+from .errors import DeviceError, DTypeError, InputError
 from .families.grouped import GROUP_DESC_DTYPE, LAYOUTS, MAX_GROUPS
 from .operands import require_cupy
 
@@ -216,7 +216,7 @@ def _same_device(arrays, names):
                              f"got address {x.data.ptr:#x}")
     devices = {x.device.id for x in arrays}
     if len(devices) > 1:
-        raise InputError(f"{', '.join(names)} must be on one GPU; they are on GPUs {sorted(devices)}")
+        raise DeviceError(f"{', '.join(names)} must be on one GPU; they are on GPUs {sorted(devices)}")
 
 
 def _stacked(a, b, ends, out, variant, b_layout, layout):
