@@ -115,14 +115,12 @@ def why_not(name: str, key: str, cc: int, needs=()) -> str | None:
     return None
 
 
-def first_default(key: str, cc: int, needs=()) -> str:
-    """The dtype key's big-tile default on compute capability cc, whatever the shape; needs: Family flags
-    it must have ("batched", "epilogue")."""
+def first_default(key: str, cc: int) -> str:
+    """The dtype key's big-tile default on compute capability cc, whatever the shape."""
     for name in candidates()["default"][key]:
-        if why_not(name, key, cc, needs) is None:
+        if why_not(name, key, cc) is None:
             return name
-    raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {cc}"
-                     f"{' with ' + ' and '.join(needs) if needs else ''}")
+    raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {cc}")
 
 
 def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", needs=()) -> Decision:
