@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 import cupy_gemm
+from cupy_gemm.measure import timing
 from cupy_gemm import registry, scaled, toolkit, verify
 from cupy_gemm.compile import options_for
 from cupy_gemm.render import render
@@ -43,24 +44,6 @@ def operand_sets(m, n, k, l2_bytes):
 
 def as_uint8(t):
     return cupy.from_dlpack(t.view(torch.uint8))
-
-
-def interleaved(contenders, rounds, launches):
-    """Median ms per launch of each contender (a list of callables, rotated), timed round-robin."""
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    for calls in contenders.values():  # warm-up: modules loaded, clocks up
-        for i in range(3 * len(calls)):
-            calls[i % len(calls)]()
-    times = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, calls in contenders.items():
-            start.record()
-            for i in range(launches):
-                calls[i % len(calls)]()
-            end.record()
-            end.synchronize()
-            times[name].append(cupy.cuda.get_elapsed_time(start, end) / launches)
-    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def timed_variants():
@@ -91,7 +74,7 @@ def time_shape(m, n, k, args, l2_bytes):
     ref = cupy.from_dlpack(torch_calls[0]().contiguous()).astype(cupy.float32)
     agree = {name: float(cupy.linalg.norm(calls[0]().astype(cupy.float32) - ref) / cupy.linalg.norm(ref))
              for name, calls in contenders.items() if name in per_tensor}
-    medians = interleaved(contenders, args.rounds, args.launches)
+    medians = timing.interleaved(contenders, args.rounds, args.launches, warmup=3)
     base = medians["torch._scaled_mm"]
     print(f"\n{m}x{n}x{k} ({len(sets)} operand sets)")
     print("| contender | ms | TFLOP/s | vs torch._scaled_mm | relative difference from torch |\n|---|---|---|---|---|")

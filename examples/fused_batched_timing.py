@@ -49,13 +49,6 @@ def sets(shapes, dtype, l2_bytes, out_shape):
             + (cupy.empty(out_shape, dtype),) for i in range(count)]
 
 
-def gpu_us(calls, launches):
-    def run():
-        for i in range(launches):
-            calls[i % len(calls)]()
-    return timing.bench(run, repeats=10, warmup_ms=20).median * 1e3 / launches
-
-
 def host_us(call, n=200):
     call()
     cupy.cuda.Device().synchronize()
@@ -82,16 +75,16 @@ def batched_part(dtype, l2, launches, rows):
                         cupy.asnumpy(b[:1].astype(cupy.float32) if len(sb) > 2 else b.astype(cupy.float32)))
         got = cupy_gemm.matmul(a[:1] if len(sa) > 2 else a, b[:1] if len(sb) > 2 else b)
         err = float(np.abs(cupy.asnumpy(got.astype(cupy.float32)) - ref).max())
-        ours = gpu_us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[2]) for d in data], launches)
+        ours = timing.rotated_us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[2]) for d in data], launches)
         try:
-            cp = gpu_us([lambda d=d: cupy.matmul(d[0], d[1], out=d[2]) for d in data], launches)
+            cp = timing.rotated_us([lambda d=d: cupy.matmul(d[0], d[1], out=d[2]) for d in data], launches)
         except (TypeError, NotImplementedError) as e:  # CuPy 14 has no batched bfloat16 matmul
             print(f"<!-- cupy.matmul: {type(e).__name__}: {e} -->")
             cp = None
         th = None
         if torch is not None:
             tdata = [(as_torch(d[0]), as_torch(d[1]), as_torch(d[2])) for d in data]
-            th = gpu_us([lambda d=d: torch.matmul(d[0], d[1], out=d[2]) for d in tdata], launches)
+            th = timing.rotated_us([lambda d=d: torch.matmul(d[0], d[1], out=d[2]) for d in tdata], launches)
         m, k = sa[-2:]
         n = sb[-1]
         count = int(np.prod(out_shape[:-2]))
@@ -139,16 +132,16 @@ def fused_part(dtype, l2, launches, rows):
             return 0.5 * y * (1 + erf(y * np.float32(0.7071067811865476)))
 
         t = dict(
-            fused=gpu_us([lambda d=d: cupy_gemm.matmul(d[0], d[1], bias=d[2], activation="gelu", out=d[3])
+            fused=timing.rotated_us([lambda d=d: cupy_gemm.matmul(d[0], d[1], bias=d[2], activation="gelu", out=d[3])
                           for d in data], launches),
-            bare=gpu_us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[3]) for d in data], launches),
-            cupy_ops=gpu_us([lambda d=d: ops(d) for d in data], launches),
-            cupy_kernel=gpu_us([lambda d=d: kernel(cupy.matmul(d[0], d[1], out=d[3]), d[2], d[3])
+            bare=timing.rotated_us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[3]) for d in data], launches),
+            cupy_ops=timing.rotated_us([lambda d=d: ops(d) for d in data], launches),
+            cupy_kernel=timing.rotated_us([lambda d=d: kernel(cupy.matmul(d[0], d[1], out=d[3]), d[2], d[3])
                                 for d in data], launches))
         t["torch"] = None
         if torch is not None:
             tdata = [tuple(as_torch(x) for x in d) for d in data]
-            t["torch"] = gpu_us([lambda d=d: torch.nn.functional.gelu(torch.addmm(d[2], d[0], d[1]))
+            t["torch"] = timing.rotated_us([lambda d=d: torch.nn.functional.gelu(torch.addmm(d[2], d[0], d[1]))
                                  for d in tdata], launches)
         row = dict(part="fused", dtype=dtype, case=f"{m}x{n}x{k}", max_abs_diff=err,
                    **{f"{key}_us": v for key, v in t.items()})

@@ -14,12 +14,12 @@ transpose of a (G, N, K) array; where it fails entirely, its column says why.
 """
 import argparse
 import json
-import statistics
 
 import cupy
 import numpy as np
 
 import cupy_gemm
+from cupy_gemm.measure import timing
 
 EXPERTS = "8,64"
 TOKENS = "128,512,1024,4096"
@@ -87,25 +87,6 @@ def torch_grouped(sets):
     return None, "; ".join(reasons)
 
 
-def interleaved(contenders, rounds, launches):
-    """Median ms per call of each contender (a list of callables, rotated), timed round-robin."""
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    for calls in contenders.values():  # warm-up: modules compiled and loaded, clocks up
-        for i in range(2 * len(calls)):
-            calls[i % len(calls)]()
-    cupy.cuda.Device().synchronize()
-    times = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, calls in contenders.items():
-            start.record()
-            for i in range(launches):
-                calls[i % len(calls)]()
-            end.record()
-            end.synchronize()
-            times[name].append(cupy.cuda.get_elapsed_time(start, end) / launches)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def accurate(sets, tokens):
     """The largest |ours − loop| relative to max |loop| on the first set (a guard, not the GPU tests)."""
     a, b_kn, b_nk, offsets, out = sets[0]
@@ -127,7 +108,7 @@ def time_case(g, tokens, k, n, args, l2_bytes):
     torch_calls, torch_note = torch_grouped(sets) if args.dtype == "bfloat16" else (None, "bf16 only")
     if torch_calls is not None:
         contenders["torch"] = torch_calls
-    ms = interleaved(contenders, args.rounds, args.launches)
+    ms = timing.interleaved(contenders, args.rounds, args.launches, warmup=2)
     flops = 2.0 * g * tokens * k * n
     row = {"experts": g, "tokens": tokens, "k": k, "n": n, "dtype": args.dtype, "torch": torch_note,
            "ms": ms, "tflops": {name: flops / t / 1e9 for name, t in ms.items()},

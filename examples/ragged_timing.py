@@ -19,11 +19,8 @@ ALIGN1 = {"float16": ["hgemm_sliced_k_f16_acc32"], "bfloat16": ["bgemm_sliced_k_
           "float32": ["sgemm_sliced_k_f32", "gemm_32x32_v0"]}
 
 
-def us(calls, launches=20):
-    def run():
-        for i in range(launches):
-            calls[i % len(calls)]()
-    return timing.bench(run, repeats=7, warmup_ms=10).median * 1e3 / launches
+def us(calls, launches):
+    return timing.rotated_us(calls, launches, repeats=7, warmup_ms=10)
 
 
 def main():
@@ -35,13 +32,13 @@ def main():
             copies = max(2, min(32, -(-2 * l2 // size)))
             data = [(verify.random_operand((m, k), dtype, 2 * i), verify.random_operand((k, n), dtype, 2 * i + 1),
                      cupy.empty((m, n), dtype)) for i in range(copies)]
-            row = [us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[2]) for d in data])]
+            row = [us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[2]) for d in data], 20)]
             for name in ALIGN1[dtype]:
                 if m * n * k > 2e10:  # too slow to be worth the wait
                     row.append(float("nan"))
                     continue
                 row.append(us([lambda d=d: cupy_gemm.matmul(d[0], d[1], out=d[2], variant=name) for d in data], 5))
-            row.append(us([lambda d=d: cupy.matmul(d[0], d[1], out=d[2]) for d in data]))
+            row.append(us([lambda d=d: cupy.matmul(d[0], d[1], out=d[2]) for d in data], 20))
             print(f"| {dtype} | {m}×{n}×{k} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
 
 

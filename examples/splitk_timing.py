@@ -48,14 +48,6 @@ def rotated_operands(m, n, k, dtype, l2_bytes):
              cupy.empty((m, n), dtype=dtype)) for i in range(copies)]
 
 
-def per_call_us(calls, launches: int) -> float:
-    """Median GPU time per call, `launches` calls per timed repeat, rotating through `calls`."""
-    def run():
-        for i in range(launches):
-            calls[i % len(calls)]()
-    return timing.bench(run, repeats=10, warmup_ms=20).median * 1e3 / launches
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", default="float16,bfloat16,float32,tf32")
@@ -80,14 +72,14 @@ def main() -> None:
         for m, n, k in (shapes.parse_shape(s) for s in args.shapes.split(",")):
             ops = rotated_operands(m, n, k, dtype, l2)
             launches = args.launches if m * n * k < 2**33 else max(2, args.launches // 10)
-            base = per_call_us([baselines.cublas_call(a, b, out, acc) for a, b, out in ops], launches)
-            old = per_call_us([cupy_gemm.plan(a, b, variant=default, out=out) for a, b, out in ops], launches)
+            base = timing.rotated_us([baselines.cublas_call(a, b, out, acc) for a, b, out in ops], launches)
+            old = timing.rotated_us([cupy_gemm.plan(a, b, variant=default, out=out) for a, b, out in ops], launches)
             timed = []  # (µs, variant, splits)
             for name in candidates(precision, cc):
                 v = registry.lookup(name)
                 forced = [forced_splits(v, s) for s in args.splits.split(",") if s]
                 for variant in [v, *forced]:
-                    us = per_call_us([cupy_gemm.plan(a, b, variant=variant, out=out) for a, b, out in ops], launches)
+                    us = timing.rotated_us([cupy_gemm.plan(a, b, variant=variant, out=out) for a, b, out in ops], launches)
                     registers = launch.load(variant, device)[1].resources.registers
                     timed.append((us, variant, launch.launch_config(variant, m, n, k, sms, registers).splits))
             auto = sorted((t for t in timed if t[1].params["SPLIT_K"] == 0), key=lambda t: t[0])

@@ -156,3 +156,35 @@ def bench(fn: Callable[[], object], *, repeats: int = 20, warmup_ms: float = 25.
     ends[-1].synchronize()
     times = tuple(float(cupy.cuda.get_elapsed_time(s, e)) for s, e in zip(starts, ends))
     return Timing(times, warmup + 2)
+
+
+def interleaved(contenders: dict, rounds: int, launches: int, warmup: int = 2) -> dict:
+    """Median milliseconds per call of each contender (a list of callables, called in rotation) for
+    comparisons in one run: every round times each contender in turn, `launches` calls between two CUDA
+    events, so the clock's drift with temperature falls on all of them alike. `warmup` rotations of each
+    list first (modules compiled and loaded, clocks up)."""
+    import cupy
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    for calls in contenders.values():
+        for i in range(warmup * len(calls)):
+            calls[i % len(calls)]()
+    cupy.cuda.Device().synchronize()
+    times = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, calls in contenders.items():
+            start.record()
+            for i in range(launches):
+                calls[i % len(calls)]()
+            end.record()
+            end.synchronize()
+            times[name].append(cupy.cuda.get_elapsed_time(start, end) / launches)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def rotated_us(calls, launches: int, repeats: int = 10, warmup_ms: float = 20.0) -> float:
+    """Median GPU microseconds per call: `bench` of `launches` calls a repeat, rotating through `calls`
+    (callables on operand copies that together exceed the L2, so none finds its inputs cached)."""
+    def run():
+        for i in range(launches):
+            calls[i % len(calls)]()
+    return bench(run, repeats=repeats, warmup_ms=warmup_ms).median * 1e3 / launches
