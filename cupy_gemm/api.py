@@ -261,14 +261,14 @@ def fused_epilogue(steps=None, operands=None, bias=None, activation=None):
         if values:
             raise _epilogue.EpilogueError(f"operands= {sorted(values)} given without an epilogue that reads them")
         return None, None
-    kinds = _epilogue.kinds_from_use(chain, values)
-    declared = {name: kind if kind == "scalar" else (kind, getattr(getattr(values[name], "dtype", None), "name",
-                                                                      "float32"))
-                for name, kind in kinds.items()}
-    return _built(tuple(chain), tuple(sorted(declared.items()))), values
+    # what the Epilogue depends on besides the text: which operands are numbers, and the arrays' dtypes
+    types = tuple(sorted((name, _epilogue.operand_type(value)) for name, value in values.items()))
+    return _built(tuple(chain), types), values
 
 
 @lru_cache(maxsize=256)
-def _built(steps: tuple, kinds: tuple):
-    """Parsed once per text and operand kinds: a repeated call reuses the Epilogue (and so its kernel)."""
-    return _epilogue.build(*steps, operands=dict(kinds))
+def _built(steps: tuple, types: tuple):
+    """Parsed once per text and operand types: a repeated call reuses the Epilogue (and so its kernel)."""
+    kinds = _epilogue.kinds_from_use(steps, {name: 0.0 if t == "scalar" else None for name, t in types})
+    return _epilogue.build(*steps, operands={name: kind if kind == "scalar" else (kind, dict(types)[name])
+                                             for name, kind in kinds.items()})

@@ -201,6 +201,14 @@ def build(*steps: str, operands: dict[str, str] | None = None) -> Epilogue:
     return Epilogue(tuple(parsed), tuple(declared.values()))
 
 
+def operand_type(value) -> str:
+    """"scalar" for a number, else the array's dtype name (float32 for anything without one: pack() then
+    says what it should have been)."""
+    if isinstance(value, (int, float, np.generic)) and not isinstance(value, bool):
+        return "scalar"
+    return getattr(getattr(value, "dtype", None), "name", "float32")
+
+
 def kinds_from_use(steps, values: dict) -> dict[str, str]:
     """Each operand's kind from how the steps read it (name[i]: row, name[j]: col, name[i, j]: full) or,
     for a number, scalar: what `matmul(..., epilogue=..., operands=...)` needs no declaration for."""
@@ -209,7 +217,7 @@ def kinds_from_use(steps, values: dict) -> dict[str, str]:
     for name, value in values.items():
         if not isinstance(name, str):
             raise EpilogueError(f"operand names are strings, not {type(name).__name__}")
-        if isinstance(value, (int, float, np.generic)) and not isinstance(value, bool):
+        if operand_type(value) == "scalar":
             kinds[name] = "scalar"
             continue
         uses = set()
