@@ -102,7 +102,11 @@ def check_arch(variant: Variant, arch: str) -> None:
 
 
 def options_for(variant: Variant, arch: str) -> tuple[str, ...]:
-    headers = toolkit.header_set(variant.family.needs_mma_headers)
+    return _options(arch, variant.family.needs_mma_headers)
+
+
+def _options(arch: str, mma_headers: bool) -> tuple[str, ...]:
+    headers = toolkit.header_set(mma_headers)
     return (f"-arch={arch}", "-std=c++17", "-lineinfo", "-Xptxas=-v",
             *(f"-I{d}" for d in headers.dirs))
 
@@ -113,14 +117,22 @@ _memory: dict[str, Compiled] = {}
 def compile_variant(variant: Variant, arch: str, source: str | None = None) -> Compiled:
     """Compile a variant for `arch` (no GPU needed). Cached by everything the binary depends on."""
     check_arch(variant, arch)
-    source = render(variant) if source is None else source
-    options = options_for(variant, arch)
-    headers = toolkit.header_set(variant.family.needs_mma_headers)
+    params = ", ".join(f"{k}={v}" for k, v in variant.params.items())
+    return compile_source(variant.name, render(variant) if source is None else source, arch,
+                          variant.family.needs_mma_headers,
+                          f"variant {variant.name!r} (family {variant.family.name}, {variant.dtype}/{variant.acc}, {params})")
+
+
+def compile_source(name: str, source: str, arch: str, mma_headers: bool = False, what: str | None = None) -> Compiled:
+    """Compile any rendered source through the same caches: a variant's, or a helper kernel's (the fused
+    epilogue alone, for K = 0). `name` labels the cache entry; `what` describes it in a CompileError."""
+    options = _options(arch, mma_headers)
+    headers = toolkit.header_set(mma_headers)
     key = hashlib.sha256("\0".join([source, *options, str(toolkit.nvrtc_version()), str(headers.version)])
                          .encode()).hexdigest()[:32]
     if key in _memory:
         return _memory[key]
-    compiled = _read_disk(variant.name, arch, options, key) or _nvrtc(variant, arch, options, source, key)
+    compiled = _read_disk(name, arch, options, key) or _nvrtc(name, what or repr(name), arch, options, source, key)
     _memory[key] = compiled
     return compiled
 
@@ -147,22 +159,22 @@ def evict(compiled: Compiled) -> None:
         pass
 
 
-def _nvrtc(variant: Variant, arch: str, options, source: str, key: str) -> Compiled:
+def _nvrtc(name: str, what: str, arch: str, options, source: str, key: str) -> Compiled:
     lib = toolkit.nvrtc()
-    prog = lib.createProgram(source, f"{variant.name}.cu", (), ())
+    prog = lib.createProgram(source, f"{name}.cu", (), ())
     try:
         try:
             lib.compileProgram(prog, list(options))
         except lib.NVRTCError:
-            raise _compile_error(variant, arch, source, lib.getProgramLog(prog)) from None
+            raise _compile_error(name, what, arch, source, lib.getProgramLog(prog)) from None
         log = lib.getProgramLog(prog)
         image = lib.getPTX(prog) if arch.startswith("compute_") else _whole_elf(lib.getCUBIN(prog))
     finally:
         lib.destroyProgram(prog)
-    compiled = Compiled(variant.name, arch, tuple(options), image, log, key)
+    compiled = Compiled(name, arch, tuple(options), image, log, key)
     if config.disk_cache_enabled():
         try:
-            cache.write(key, variant.name, arch, image, log)
+            cache.write(key, name, arch, image, log)
         except OSError:
             pass  # a read-only cache folder costs a recompile, nothing more
     return compiled
@@ -187,7 +199,7 @@ def _whole_elf(image: bytes) -> bytes:
     return image + b"\0" * (end - len(image)) if end > len(image) else image
 
 
-def _compile_error(variant: Variant, arch: str, source: str, log: str) -> CompileError:
+def _compile_error(name: str, what: str, arch: str, source: str, log: str) -> CompileError:
     lines = source.splitlines()
     quoted = []
     for n in sorted({int(m.group(1)) for m in _ERROR_LINE.finditer(log)})[:5]:
@@ -196,14 +208,12 @@ def _compile_error(variant: Variant, arch: str, source: str, log: str) -> Compil
         quoted.append("")
     saved = "(could not save it)"
     try:
-        path = cache.failed_folder() / f"{variant.name}-{arch}.cu"
+        path = cache.failed_folder() / f"{name}-{arch}.cu"
         write_atomic(path, source.encode())
         saved = str(path)
     except OSError:
         pass
-    params = ", ".join(f"{k}={v}" for k, v in variant.params.items())
-    return CompileError(f"NVRTC failed to compile variant {variant.name!r} (family {variant.family.name}, "
-                        f"{variant.dtype}/{variant.acc}, {params}) for {arch}:\n{log.strip()}\n\n"
+    return CompileError(f"NVRTC failed to compile {what} for {arch}:\n{log.strip()}\n\n"
                         + "\n".join(quoted) + f"full rendered source: {saved}")
 
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import toolkit
-from .compile import Compiled, arch_for, compile_variant, evict, image_file
+from .compile import Compiled, arch_for, compile_source, compile_variant, evict, image_file
 from .errors import ConfigError, InputError, ModuleLoadError
 from .families.base import CUDA_TYPES
 from .registry import Variant
@@ -152,7 +152,8 @@ def load(variant: Variant, device) -> tuple[object, Compiled]:
     if identity in _loaded:
         return _loaded[identity]
     with device:
-        kernel, compiled = _load_module(variant, arch_for(variant, compute_capability(device)))
+        arch = arch_for(variant, compute_capability(device))
+        kernel, compiled = _load_module(lambda: compile_variant(variant, arch), KERNEL_NAME)
         smem = variant.family.smem_bytes(variant.params, variant.dtype, variant.acc)
         limit = device.attributes["MaxSharedMemoryPerBlockOptin"]
         if smem + compiled.resources.static_smem > limit:
@@ -164,18 +165,33 @@ def load(variant: Variant, device) -> tuple[object, Compiled]:
     return kernel, compiled
 
 
-def _load_module(variant: Variant, arch: str) -> tuple[object, Compiled]:
-    """Load the image onto the current device. An image the driver refuses (damaged after it was verified,
-    or written by another toolchain) is evicted from both caches and compiled once more before anything
-    reaches the caller; a second refusal is a ModuleLoadError, and that image stays for inspection."""
+_helpers: dict[tuple, object] = {}
+
+
+def load_helper(name: str, source: str, kernel_name: str, device):
+    """A kernel that is no catalogue variant (the fused epilogue alone, for K = 0), compiled through the
+    same caches as the variants and loaded once per source and device."""
+    identity = (source, device.id)
+    if identity not in _helpers:
+        with device:
+            arch = f"sm_{compute_capability(device)}"
+            _helpers[identity] = _load_module(lambda: compile_source(name, source, arch), kernel_name)[0]
+    return _helpers[identity]
+
+
+def _load_module(compile_it, kernel_name: str) -> tuple[object, Compiled]:
+    """Load the image compile_it() returns onto the current device. An image the driver refuses (damaged
+    after it was verified, or written by another toolchain) is evicted from both caches and compiled once
+    more before anything reaches the caller; a second refusal is a ModuleLoadError, and that image stays
+    for inspection."""
     import cupy
 
     refused = []
     for attempt in range(2):
-        compiled = compile_variant(variant, arch)
+        compiled = compile_it()
         path = image_file(compiled)
         try:
-            return cupy.RawModule(path=str(path)).get_function(KERNEL_NAME), compiled
+            return cupy.RawModule(path=str(path)).get_function(kernel_name), compiled
         except cupy.cuda.driver.CUDADriverError as e:
             if e.status not in IMAGE_ERRORS:
                 raise
@@ -185,7 +201,7 @@ def _load_module(variant: Variant, arch: str) -> tuple[object, Compiled]:
     nvrtc = ".".join(map(str, toolkit.nvrtc_version()))
     driver = cupy.cuda.runtime.driverGetVersion()
     raise ModuleLoadError(
-        f"the CUDA driver refused variant {variant.name!r} compiled for {arch}: {refused[0]}; and again after "
+        f"the CUDA driver refused {compiled.variant!r} compiled for {compiled.arch}: {refused[0]}; and again after "
         f"it was evicted and compiled afresh: {refused[1]}. The image is {path} (kept for inspection). This "
         f"driver supports CUDA {driver // 1000}.{driver % 1000 // 10} and NVRTC is {nvrtc}: a driver older "
         f"than NVRTC refuses its output, so update the driver or install the NVRTC of its CUDA version; "

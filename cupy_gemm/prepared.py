@@ -191,23 +191,22 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None):
             b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32, precision, epilogue)
 
 
+def epilogue_only_source(ep, dtype: str) -> str:
+    """The fused epilogue alone as a kernel over a dtype matrix (templates/epilogue_only.cu.j2)."""
+    from .render import render_file
+    return render_file("epilogue_only.cu.j2", VARIANT="epilogue_only", FAMILY="-", DTYPE=dtype, ACC="float32",
+                       LAYOUT="row", T_IN=launch.CUDA_TYPES[dtype][0], T_ACC="float", THREADS=256,
+                       EPILOGUE=ep.render())
+
+
 def epilogue_only(ep, out, values) -> None:
     """y = epilogue(x) over out in place (products with K = 0, where no GEMM kernel runs)."""
-    import cupy
-    from .render import render_file
-    source = render_file("epilogue_only.cu.j2", VARIANT="epilogue_only", FAMILY="-", DTYPE=out.dtype.name,
-                         ACC="float32", LAYOUT="row", T_IN=launch.CUDA_TYPES[out.dtype.name][0], T_ACC="float",
-                         THREADS=256, EPILOGUE=ep.render())
-    kernel = _epilogue_kernels.get(source)
-    if kernel is None:
-        kernel = _epilogue_kernels[source] = cupy.RawKernel(source, "epilogue_only", options=("-std=c++17",))
+    source = epilogue_only_source(ep, out.dtype.name)
+    kernel = launch.load_helper("epilogue_only", source, "epilogue_only", out.device)
     m, n = out.shape
     strides = [s // out.itemsize for s in out.strides]
     kernel(((m * n + 255) // 256,), (256,), (out, np.int32(m), np.int32(n), np.int64(strides[0]),
                                              np.int64(strides[1]), ep.pack(values, m, n)))
-
-
-_epilogue_kernels: dict[str, object] = {}
 
 
 def clear() -> None:

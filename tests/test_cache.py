@@ -37,7 +37,7 @@ def nvrtc_calls(monkeypatch):
     real = compile_mod._nvrtc
 
     def counting(*args):
-        calls.append(args[0].name)
+        calls.append(args[0])  # the cache entry's name
         return real(*args)
     monkeypatch.setattr(compile_mod, "_nvrtc", counting)
     return calls

@@ -72,3 +72,22 @@ def test_arch_for_newer_gpu_falls_back_to_ptx():
     newest = max(toolkit.supported_archs())
     assert compile_mod.arch_for(v, newest) == f"sm_{newest}"
     assert compile_mod.arch_for(v, newest + 5) == f"compute_{newest}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_k0_epilogue_kernel_compiles_through_the_cache(dtype, tmp_path, monkeypatch):
+    """The epilogue alone (products with K = 0) goes through compile_source: cached like a variant."""
+    from cupy_gemm import epilogue, prepared
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    ep = epilogue.build("y = x + bias[j]", "gelu", operands={"bias": ("col", "float16")})
+    source = prepared.epilogue_only_source(ep, dtype)
+    compiled = compile_mod.compile_source("epilogue_only", source, "sm_80")
+    assert compiled.resources.local == 0
+    assert compile_mod.compile_source("epilogue_only", source, "sm_80") is compiled
+
+
+def test_a_helper_kernels_compile_error_names_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    with pytest.raises(CompileError, match="the K = 0 epilogue .* sm_80"):
+        compile_mod.compile_source("epilogue_only", "extern \"C\" __global__ void f() { no_such(); }", "sm_80",
+                                   what="the K = 0 epilogue")

@@ -260,3 +260,16 @@ def test_bench_command_rejects_bad_arguments():
     except cupy_gemm.DeviceError:
         none = bench("--shapes", "llm-small", "--dtype", "float16", "--out", "x")
         assert none.returncode == 1 and none.stderr.startswith("error: no CUDA GPU found"), none.stderr
+
+
+def test_tf32_candidates_include_exact_float32_kernels():
+    """Under tf32 the exact float32 kernels compete (TF32 is allowed, not required); exact float32 never
+    times a TF32 or 3xTF32 kernel."""
+    from cupy_gemm.measure import corpus_bench
+    names = ["sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk", "sgemv_skinny_r1",
+             "sgemm_wgmma_m64n256k8_tf32_stages4_ws2", "sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2",
+             "hgemm_wgmma_m64n256k16_stages4_ws2"]
+    pick = lambda mode: [v.name for v in corpus_bench.candidates(mode, names)]
+    assert pick("tf32") == names[:3]
+    assert pick("float32") == names[:2]
+    assert pick("float16") == names[4:]

@@ -109,12 +109,12 @@ def baseline_calls(sets, torch) -> dict[str, list[Callable]]:
 
 
 def candidates(mode: str, names: Iterable[str]) -> list[registry.Variant]:
-    """The variants among `names` that serve `mode`: its input dtype, and TF32 accumulation exactly when
-    mode is tf32 — or, under tf32, the memory-bound skinny kernels in exact fp32, which the dispatch may
-    fall back to (as fast: their time is B's bytes). An unknown name raises UnknownVariantError first."""
+    """The variants among `names` that serve `mode`: its input dtype, and never TF32 in exact float32. Under
+    tf32 the exact float32 kernels compete too: TF32 is allowed there, not required (dispatch.why_not
+    accepts them for the tf32 key), and where a TF32 kernel must copy a row-major B or the product is
+    memory-bound, CUDA cores can win. An unknown name raises UnknownVariantError first."""
     found = [registry.lookup(name) for name in names]
-    return [v for v in found if v.dtype == input_dtype(mode)
-            and ((v.acc == "tf32") == (mode == "tf32") or (mode == "tf32" and v.family.max_rows is not None))]
+    return [v for v in found if v.dtype == input_dtype(mode) and v.acc in ("float32", mode)]
 
 
 def _ours(sets, variants) -> tuple[dict, dict]:
