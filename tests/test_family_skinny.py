@@ -88,7 +88,8 @@ def test_too_many_rows_and_columns_raise_before_launch(name):
 
 
 def test_split_policy_fills_the_gpu_several_times():
-    v = catalogue()["hgemv_skinny_r1"]
+    r1 = catalogue()["hgemv_skinny_r1"]  # the policy, on fixed tiles: 256 columns, K slices of 128
+    v = make_variant(r1.family, "policy", "float16", {**r1.params, "BN": 256, "WARPS": 8, "KU": 8, "BK": 128})
     cfg = launch.launch_config(v, 1, 4096, 4096, sm_count=132)  # 16 column tiles of 256
     assert cfg.tiles == 16 and cfg.grid == (16, 32, 1)  # 4 x 132 blocks wanted; 32 splits is the most
     assert cfg.workspace >= 32 * 16 * 256 * 4
