@@ -40,6 +40,10 @@ def test_catalogue_has_fp16_and_bf16_defaults():
     ({"STAGES": 1}, "STAGES"),
     ({"TMA_STORE": 2}, "TMA_STORE"),
     ({"BLOCK_SWIZZLE": -1}, "BLOCK_SWIZZLE"),
+    ({"PINGPONG": 1, "CONSUMERS": 1, "BN": 128}, "PINGPONG"),     # turns need two consumers
+    ({"PINGPONG": 1, "SPLIT_K": 0, "BN": 128}, "PINGPONG"),        # and whole tiles, not K slices
+    ({"PINGPONG": 1, "BM": 96, "BN": 128, "STAGES": 3}, "BM"),
+    ({"PINGPONG": 1}, "BN"),                                       # 128×256 per consumer: 256 accumulators
 ])
 def test_rules_name_the_parameter(params, param):
     with pytest.raises(ConfigError) as e:
@@ -86,6 +90,26 @@ def test_static_asserts_mirror_the_rules():
     bad = Variant(name="unchecked", family=WGMMA, dtype="float16", acc="float32",
                   params={**good.params, "BM": 64})
     with pytest.raises(CompileError, match="BM must be a multiple of 64 \\* CONSUMERS"):
+        compile_variant(bad, "sm_90a")
+
+
+def test_pingpong_consumers_own_whole_tiles():
+    """With PINGPONG a consumer holds the whole BM-row tile (so BM = 64 is allowed with two consumers),
+    only its own 4 warps release a stage, and the turns are named barriers of both consumers' 256 threads."""
+    pp = make_variant(WGMMA, "pp", "float16", {**catalogue()[FLAGSHIP].params, "BM": 64, "BN": 192, "STAGES": 6,
+                                               "PINGPONG": 1})
+    source = render(pp)
+    assert "constexpr int PINGPONG = 1;" in source
+    assert "named_barrier_sync(ORDER + consumer, 256)" in source and "named_barrier_arrive(ORDER + (1 - consumer), 256)" in source
+    assert compile_variant(pp, "sm_90a").resources.local == 0
+    assert "constexpr int PINGPONG = 0;" in render(catalogue()[FLAGSHIP])
+
+
+def test_pingpong_static_assert_mirrors_the_rule():
+    good = catalogue()["hgemm_wgmma_m64n128k16_tile128x128_stages5_ws2_pingpong"]
+    bad = Variant(name="unchecked", family=WGMMA, dtype="float16", acc="float32",
+                  params={**good.params, "SPLIT_K": 0})
+    with pytest.raises(CompileError, match="PINGPONG needs CONSUMERS = 2 and SPLIT_K = 1"):
         compile_variant(bad, "sm_90a")
 
 

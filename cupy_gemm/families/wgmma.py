@@ -29,6 +29,9 @@ dimensions, so a copy's coordinates name the member (`batch_fits` says which bat
 in place). A fused epilogue (`epilogue`) takes its EpilogueParams next and runs on alpha·acc + beta·C of
 every element, whichever path stores it.
 
+PINGPONG = 1: each consumer warpgroup owns whole BM×BN tiles, the two alternating at the tensor cores,
+so one's epilogue (TMA stores, a fused epilogue) runs while the other multiplies.
+
 Split-K (`split_k`, the last two arguments): the persistent blocks walk tiles × splits work units, each a
 K slice of one C tile; the consumer warpgroups keep to templates/common/split_k.cuh's protocol. SPLIT_K = 1
 (the family's default, what every entry without it gets) compiles the split-K steps out; SPLIT_K = 0
@@ -59,8 +62,19 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"] + (16 if p["SPLIT_K"] != 1 else 0)
 
 
+def _consumer_rows(p) -> int:
+    """Rows of C a consumer warpgroup holds: its share of the tile, or with PINGPONG the whole tile."""
+    return p["BM"] if p.get("PINGPONG") else p["BM"] // p["CONSUMERS"]
+
+
 def _rule_tiles(p, dtype, acc):
-    if p["BM"] % (64 * p["CONSUMERS"]):
+    pingpong = p.get("PINGPONG", 0)  # wgmma_3xtf32 shares these rules without the parameter
+    if pingpong and (p["CONSUMERS"] != 2 or p["SPLIT_K"] != 1):
+        yield ConfigError("PINGPONG", pingpong, "1 only with CONSUMERS = 2 and SPLIT_K = 1 (two consumers "
+                          "take turns at whole tiles)")
+    elif pingpong and p["BM"] % 64:
+        yield ConfigError("BM", p["BM"], "a multiple of 64 (the consumer takes whole m64 wgmma tiles)")
+    elif not pingpong and p["BM"] % (64 * p["CONSUMERS"]):
         yield ConfigError("BM", p["BM"], f"a multiple of 64 * CONSUMERS = {64 * p['CONSUMERS']} "
                           "(each consumer warpgroup takes whole m64 wgmma tiles)")
     row = _elems_per_row(dtype)
@@ -73,10 +87,10 @@ def _rule_tiles(p, dtype, acc):
 
 
 def _rule_registers(p, dtype, acc):
-    per_thread = p["BM"] // p["CONSUMERS"] * p["BN"] // 128
+    per_thread = _consumer_rows(p) * p["BN"] // 128
     if per_thread > 128:
         yield ConfigError("BN", p["BN"], f"at most 128 fp32 accumulators per consumer thread: "
-                          f"BM / CONSUMERS * BN / 128 <= 128 (got {per_thread})")
+                          f"BM / CONSUMERS (BM with PINGPONG) * BN / 128 <= 128 (got {per_thread})")
 
 
 def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None) -> tuple:
@@ -140,6 +154,7 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
         flag("TMA_STORE", "epilogue through shared memory and TMA stores (beta = 0; else direct stores)", 1),
         block_swizzle_param(2048),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
+        flag("PINGPONG", "the two consumers take whole tiles in turn: one's epilogue overlaps the other's MMAs", 0),
     )
 
 

@@ -85,3 +85,7 @@ __device__ __forceinline__ void tma_store_wait_read() {
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned count) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(count) : "memory");
 }
+// arrive on a named barrier without waiting (the other side's bar.sync completes it)
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned count) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(count) : "memory");
+}

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a compute capability 9
 NAMES = [n for n, v in registry.catalogue().items() if v.family.name in ("wgmma", "wgmma_tf32")]
 FP16 = "hgemm_wgmma_m64n256k16_stages4_ws2"
 SOME = [FP16, "hgemm_wgmma_m64n256k16_stages4_ws2_regstore", "bgemm_wgmma_m64n256k16_stages4_ws2",
-        next(n for n in NAMES if registry.lookup(n).family.name == "wgmma_tf32")]
+        next(n for n in NAMES if registry.lookup(n).family.name == "wgmma_tf32"),
+        "hgemm_wgmma_m64n64k16_tile128x64_stages8_ws2_pingpong", "bgemm_wgmma_m64n192k16_tile64x192_stages6_ws2_pingpong"]
 # one split-K entry per input type (hgemm, bgemm, sgemm)
 SPLITK = list({n.split("_")[0]: n for n in reversed(NAMES) if n.endswith("_splitk")}.values())
 SPLITK.append("hgemm_wgmma_m64n256k16_stages4_ws2_splitk")  # two consumers, TMA stores
