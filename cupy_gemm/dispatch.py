@@ -148,8 +148,8 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
     for role, names in candidates().items():
         for name in names[key]:
             reason = why_not(name, key, gpu.cc, needs)
-            if reason is None and role == "split_k" and not registry.catalogue()[name].family.split_k:
-                reason = "its family does not split K"
+            if reason is None and role == "split_k":
+                reason = _why_no_split(registry.catalogue()[name])
             if reason is None:
                 usable[role].append(registry.catalogue()[name])
             elif role != "default":
@@ -187,6 +187,14 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
         notes.append(f"{idle}, but no {'split-K or ' if deep else ''}smaller-tile entry runs here")
     bm, bn = default.family.tile(default.params)
     return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn})", tuple(notes))
+
+
+def _why_no_split(v: Variant) -> str | None:
+    if not v.family.split_k:
+        return "its family does not split K"
+    if not v.family.takes_split_k_args(v.params):
+        return "SPLIT_K = 1 compiles its split-K steps out"
+    return None
 
 
 def rows_of(v: Variant) -> int:

@@ -74,7 +74,7 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     a long K splits until the SMs are busy, and memory-bound products stop splitting once bandwidth,
     not SMs, is the limit: the partials' traffic then only costs."""
     fam, p = variant.family, variant.params
-    if not fam.split_k:
+    if not fam.takes_split_k_args(p):
         return 1
     bk = p.get("BK", 1)
     k_blocks = max(1, -(-k // bk))
@@ -129,7 +129,7 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
     grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
     if fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
-    workspace = split_k_workspace(tiles, splits, bm * bn) if fam.split_k else 0
+    workspace = split_k_workspace(tiles, splits, bm * bn) if fam.takes_split_k_args(p) else 0
     return LaunchConfig(grid=grid, block=(fam.threads(p), 1, 1), smem=fam.smem_bytes(p, variant.dtype, variant.acc),
                         tiles=tiles, splits=splits, workspace=workspace, batch=batch)
 
@@ -258,7 +258,9 @@ class Launch:
     @property
     def args_epilogue(self) -> int:
         """The index of the EpilogueParams argument."""
-        split_tail = (2 if self.config.splits == 1 else 1) if self.variant.family.split_k else 0
+        split_tail = 0
+        if self.variant.family.takes_split_k_args(self.variant.params):
+            split_tail = 2 if self.config.splits == 1 else 1
         return len(self.args) - split_tail - 1
 
 
@@ -325,7 +327,8 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
         args = (*args, *launchable((batch.kernel_args(),)))
     if epilogue_params is not None:
         args = (*args, *launchable((epilogue_params,)))
-    if variant.family.split_k:  # one split never touches the workspace; more get theirs at each launch
+    # one split never touches the workspace; more get theirs at each launch
+    if variant.family.takes_split_k_args(variant.params):
         args = (*args, *launchable((np.int32(cfg.splits),) + ((np.uintp(0),) if cfg.splits == 1 else ())))
     return Launch(kernel, cfg, args, variant, device, (m, n, k, lda, ldb, ldc, alpha, beta), batch)
 

@@ -1,6 +1,8 @@
 """Choosing the default variant per GPU and shape, without a GPU: tables, fall-through, every heuristic rule,
 the explanation and the `explain` command."""
 import dataclasses
+import fnmatch
+import re
 
 import pytest
 
@@ -174,6 +176,39 @@ def test_unrunnable_candidates_fall_through(roles):
     decision = dispatch.choose(A100, "tf32", 128, 256, 8192)  # the only split-K tf32 entry needs sm_90a
     assert decision.variant == dispatch.first_default("tf32", 80)
     assert any("does not run on sm_80" in note for note in decision.notes)
+
+
+def test_a_plain_entry_of_a_split_k_family_is_no_split_k_candidate(roles):
+    roles["split_k"]["tf32"] = ("sgemm_mma_m16n8k8_tf32_mma2x4_warp4x4x4_stages3_swizzle",
+                                "sgemm_mma_m16n8k8_tf32_mma2x2_warp2x4x4_stages4_swizzle_splitk")
+    decision = dispatch.choose(H100, "tf32", 128, 4096, 11008)
+    assert decision.variant == "sgemm_mma_m16n8k8_tf32_mma2x2_warp2x4x4_stages4_swizzle_splitk"
+    assert any("warp4x4x4_stages3_swizzle (split_k): SPLIT_K = 1 compiles its split-K steps out" in note
+               for note in decision.notes)
+
+
+def test_tf32_splits_k_on_mma_sync():
+    """Small-M, deep-K TF32 goes to the mma.sync split-K entries, which read a row-major B in place (the
+    wgmma tf32 ones copy it K-major on every call), on Hopper and Ampere alike; float16 and bfloat16 keep
+    wgmma on Hopper and split K on mma.sync where wgmma does not run."""
+    hopper, ampere = Gpu("unknown GPU", 90), Gpu("unknown GPU", 80, 108)
+    for shape in [(128, 4096, 11008), (64, 7168, 2048), (32, 4096, 4096)]:
+        for gpu_ in (hopper, ampere):
+            v = registry.lookup(dispatch.choose(gpu_, "tf32", *shape).variant)
+            assert v.family.name == "mma" and v.acc == "tf32" and v.params["SPLIT_K"] == 0, (gpu_, shape)
+    for key in ("float16", "bfloat16"):
+        assert registry.lookup(dispatch.choose(hopper, key, 128, 4096, 11008).variant).family.name == "wgmma"
+        v = registry.lookup(dispatch.choose(ampere, key, 128, 4096, 11008).variant)
+        assert v.family.name == "mma" and v.params["SPLIT_K"] == 0
+
+
+def test_the_table_script_times_the_split_k_candidates():
+    """.ci/dispatch-tables benchmarks the families the candidate lists draw from: its patterns cover every
+    tf32 split-K entry, so a measured table can choose among them."""
+    script = (registry.data_dir("kernels").parent / ".ci" / "dispatch-tables").read_text()
+    patterns = re.findall(r"--variant '([^']+)'", script)
+    for name in dispatch.candidates()["split_k"]["tf32"]:
+        assert any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns), name
 
 
 def test_the_shipped_candidates_route_each_kind_of_shape():

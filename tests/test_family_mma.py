@@ -1,13 +1,15 @@
 """The mma.sync family on the CPU: its rules, their static_assert mirrors, the PTX it emits, spill-free
-compiles of its catalogue entries, and a model of its shared-memory addressing (bank conflicts)."""
+compiles of its catalogue entries, a model of its shared-memory addressing (bank conflicts), and split-K:
+plain entries render as before it, split entries' launches, arguments and compiles."""
 import re
 
 import pytest
 
-from cupy_gemm import compile as compile_mod, registry
+from cupy_gemm import compile as compile_mod, epilogue, launch, registry
 from cupy_gemm.errors import CompileError, ConfigError
 from cupy_gemm.families import mma
 from cupy_gemm.registry import Variant, make_variant
+from cupy_gemm.render import _environment, context, render
 
 FAMILY = registry.family("mma")
 VARIANTS = {n: v for n, v in registry.catalogue().items() if v.family is FAMILY}
@@ -30,6 +32,7 @@ BROKEN = [
     (dict(WARP_TILE_N=3), "float16", "float32", "WARP_TILE_N", "divides the thread count"),
     (dict(WARPS_M=1, WARPS_N=1, WARP_TILE_M=8, WARP_TILE_N=8), "float16", "float32", "WARP_TILE_N",
      "at most 128 accumulator registers"),
+    (dict(SPLIT_K=2), "float16", "float16", "SPLIT_K", "1 when accumulating in float16"),
 ]
 
 
@@ -198,3 +201,147 @@ def test_fragment_address_shortcuts(params):
                     full = b(ks * 16 + (lane & 15), (wn * n_tiles + j + half) * 8)
                     short = b0 ^ (j * 16) if p["SMEM_SWIZZLE"] else b0 + j * 16
                     assert short + (a_elems + ks * 16 * b_stride) * 2 == full
+
+
+# ---- split-K -----------------------------------------------------------------------------------------
+
+SPLIT = sorted(n for n, v in VARIANTS.items() if v.params["SPLIT_K"] != 1)
+PLAIN = sorted(n for n, v in VARIANTS.items() if v.params["SPLIT_K"] == 1)
+GELU = epilogue.build("y = x + bias[j]", "gelu", operands={"bias": "col"})  # matmul(bias=, activation=)
+SMS = 132
+
+
+def _split(name, splits):
+    v = VARIANTS[name]
+    return make_variant(FAMILY, f"{name}_split{splits}", v.dtype, {**v.params, "SPLIT_K": splits}, v.acc)
+
+
+def test_split_k_entries():
+    """Named _splitk, the launcher's choice (SPLIT_K = 0), one per input type at least; the default stays 1."""
+    assert FAMILY.split_k and FAMILY.split_k_args_optional and FAMILY.param_index["SPLIT_K"].default == 1
+    for name, v in VARIANTS.items():
+        assert name.endswith("_splitk") == (name in SPLIT), name
+    assert all(VARIANTS[n].params["SPLIT_K"] == 0 for n in SPLIT)
+    assert {(VARIANTS[n].dtype, VARIANTS[n].acc) for n in SPLIT} == {
+        ("float32", "tf32"), ("float16", "float32"), ("bfloat16", "float32")}
+    assert {FAMILY.tile(VARIANTS[n].params) for n in SPLIT if VARIANTS[n].acc == "tf32"} == {(64, 64), (64, 128)}
+
+
+def _without_split_k_blocks(text: str) -> str:
+    """The template with each `{% if SPLIT_K != 1 %} ... {% endif %}` removed (nested ifs with it), and the
+    newline after it that trim_blocks would drop: what the template was before split-K."""
+    tags = re.compile(r"{%\s*(if\b[^%]*|endif\s*)%}")
+    out, pos = [], 0
+    while (start := text.find("{% if SPLIT_K != 1 %}", pos)) >= 0:
+        depth, end = 0, start
+        for tag in tags.finditer(text, start):
+            depth += 1 if tag.group(1).startswith("if") else -1
+            if depth == 0:
+                end = tag.end() + (text[tag.end():tag.end() + 1] == "\n")
+                break
+        out.append(text[pos:start])
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_plain_entries_render_as_before_split_k(name):
+    """SPLIT_K = 1 renders the template minus its split-K blocks, byte for byte, batched or with an epilogue
+    too: no split-K argument, step or header, so the compile cache and tuning entries (keyed by the source)
+    still hold. (When split-K was added, every such source was also compared with the one rendered
+    before: identical.)"""
+    template = (registry.data_dir("templates") / FAMILY.template).read_text()
+    before = _without_split_k_blocks(template)
+    assert "SPLIT_K" not in before and "{% if SPLIT_K != 1 %}" in template
+    environment = _environment()  # the library's Jinja settings
+    v = VARIANTS[name]
+    for w in (v, v.with_extras(batched=True), v.with_extras(epilogue=GELU), v.with_extras(batched=True, epilogue=GELU)):
+        source = render(w)
+        assert source == environment.from_string(before).render(**context(w))
+        for text in ("splits", "workspace", "split_k", "SPLIT_K"):
+            assert text not in source
+    assert not FAMILY.takes_split_k_args(v.params)
+
+
+@pytest.mark.parametrize("splits", [0, 3])
+def test_split_entries_take_the_split_arguments(splits):
+    v = _split(SPLIT[0], splits)
+    source = render(v)
+    assert FAMILY.takes_split_k_args(v.params)
+    assert "int splits, void* __restrict__ workspace) {" in source and "split_k_arrive(" in source
+    assert '#include' not in source or "split_k_partial(" in source
+
+
+def test_split_steps_emit_the_counters_atomics():
+    """The arrival's atomicAdd is in the split kernel's PTX and nowhere in the plain one's."""
+    name = next(n for n in SPLIT if VARIANTS[n].acc == "tf32")
+    assert "atom.global.add" in _ptx(VARIANTS[name])
+    assert "atom.global" not in _ptx(_split(name, 1))
+
+
+def test_float16_accumulation_does_not_split():
+    v = VARIANTS["hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3"]
+    for splits in (0, 2):
+        with pytest.raises(ConfigError, match="1 when accumulating in float16") as info:
+            make_variant(FAMILY, "half_split", "float16", {**v.params, "SPLIT_K": splits}, "float16")
+        assert info.value.param == "SPLIT_K"
+    make_variant(FAMILY, "half_plain", "float16", {**v.params, "SPLIT_K": 1}, "float16")
+
+
+@pytest.mark.parametrize("name", SPLIT)
+@pytest.mark.parametrize("splits,batch", [(2, 1), (3, 5), (7, 1)])
+def test_split_grid_and_workspace(name, splits, batch):
+    """One block per (tile, split, member): the split in blockIdx.y, the member in blockIdx.z; the workspace
+    holds a counter per tile of every member, then splits × tiles fp32 partial tiles."""
+    v = _split(name, splits).with_extras(batched=batch > 1)
+    bm, bn = FAMILY.tile(v.params)
+    m, n, k = 100, 1000, 5000
+    tiles = -(-m // bm) * -(-n // bn)
+    cfg = launch.launch_config(v, m, n, k, SMS, batch=batch)
+    assert cfg.grid == (tiles, splits, batch) and cfg.splits == splits and cfg.tiles == tiles * batch
+    counters = -(-tiles * batch * 4 // 256) * 256
+    assert cfg.workspace == counters + splits * tiles * batch * bm * bn * 4
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_split_counts(name):
+    """Never more splits than K tiles; per shape (SPLIT_K = 0) small M×N with a deep K splits, big or
+    shallow products do not."""
+    v, bk = VARIANTS[name], VARIANTS[name].params["BK"]
+    for splits in (2, 3, 7, 64):
+        assert launch.launch_config(_split(name, splits), 64, 256, bk - 8, SMS).splits == 1
+        assert launch.launch_config(_split(name, splits), 64, 256, 3 * bk + 8, SMS).splits == min(splits, 4)
+    for m, n, k in [(16, 4096, 4096), (128, 4096, 11008), (64, 2048, 4096)]:
+        assert launch.launch_config(v, m, n, k, SMS).splits > 1, (m, n, k)
+    assert launch.launch_config(v, 4096, 4096, 4096, SMS).splits == 1
+    assert launch.launch_config(v, 16, 4096, 300, SMS).splits == 1
+
+
+def test_plain_entries_launch_without_split_arguments():
+    v = VARIANTS[PLAIN[0]]
+    cfg = launch.launch_config(v, 16, 4096, 100000, SMS)
+    assert cfg.splits == 1 and cfg.workspace == 0 and cfg.grid[1] == 1
+
+
+def test_the_epilogue_argument_is_found_before_the_split_arguments():
+    """Launch.args_epilogue: the EpilogueParams sits before `splits` and, when one split passes it, the null
+    workspace; last in a plain kernel."""
+    per_shape = VARIANTS[SPLIT[0]].with_extras(epilogue=GELU)
+    cases = [(per_shape, (4096, 4096, 4096), 1, 2), (_split(SPLIT[0], 3).with_extras(epilogue=GELU), (64, 512, 4096), 3, 1),
+             (VARIANTS[PLAIN[0]].with_extras(epilogue=GELU), (64, 512, 4096), 1, 0)]
+    for v, shape, splits, tail in cases:
+        cfg = launch.launch_config(v, *shape, SMS)
+        assert cfg.splits == splits
+        args = tuple(range(11)) + ("epi",) + ("split-K",) * tail
+        assert args[launch.Launch(None, cfg, args, v, None, ()).args_epilogue] == "epi"
+
+
+@pytest.mark.parametrize("name", SPLIT)
+def test_split_entries_compile_without_spills(name):
+    """sm_80 and sm_90 each hold at least 2 blocks of every split-K entry: registers, shared memory."""
+    v = VARIANTS[name]
+    threads, smem = FAMILY.threads(v.params), FAMILY.smem_bytes(v.params, v.dtype, v.acc)
+    for arch, sm_smem in (("sm_80", 164 * 1024), ("sm_90", 228 * 1024)):
+        res = compile_mod.compile_variant(v, arch).resources
+        assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), (arch, res)
+        assert 2 * threads * (-(-res.registers // 8) * 8) <= 65536 and 2 * (smem + 1024) <= sm_smem, arch

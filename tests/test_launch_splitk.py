@@ -9,7 +9,7 @@ from cupy_gemm.registry import make_variant
 from cupy_gemm.render import render
 
 CATALOGUE = registry.catalogue()
-SPLIT_FAMILIES = ("wgmma", "wgmma_tf32", "sgemm_simt")
+SPLIT_FAMILIES = ("wgmma", "wgmma_tf32", "sgemm_simt", "mma")
 NEW = [n for n, v in CATALOGUE.items() if v.family.name in SPLIT_FAMILIES and v.params["SPLIT_K"] != 1]
 OLD = [n for n, v in CATALOGUE.items() if v.family.name in SPLIT_FAMILIES and v.params["SPLIT_K"] == 1]
 SMS = 132
@@ -36,6 +36,9 @@ def test_families_split_and_entries_say_so():
     ("wgmma", "bfloat16", None, [(64, 64), (64, 128), (64, 256), (128, 128)]),
     ("wgmma_tf32", "float32", "tf32", [(64, 64), (64, 128), (64, 256), (128, 128)]),
     ("sgemm_simt", "float32", None, [(64, 64), (32, 64), (64, 32), (128, 64)]),
+    ("mma", "float32", "tf32", [(64, 64), (64, 128)]),
+    ("mma", "float16", None, [(64, 128)]),
+    ("mma", "bfloat16", None, [(64, 128)]),
 ])
 def test_small_tiles_are_catalogued(family, dtype, acc, tiles):
     have = {registry.family(family).tile(CATALOGUE[n].params) for n in NEW
@@ -82,10 +85,12 @@ def test_splits_never_exceed_the_k_blocks(name):
 
 @pytest.mark.parametrize("name", OLD)
 def test_plain_entries_never_split(name):
+    """Counters only; none where SPLIT_K = 1 drops the split-K arguments too (mma: the plain kernel)."""
     v = CATALOGUE[name]
     for m, n, k in [(16, 4096, 4096), (1, 1, 100000), (4096, 4096, 4096)]:
         cfg = launch.launch_config(v, m, n, k, SMS)
-        assert cfg.splits == 1 and cfg.workspace == -(-cfg.tiles * 4 // 256) * 256  # counters only
+        counters = -(-cfg.tiles * 4 // 256) * 256 if v.family.takes_split_k_args(v.params) else 0
+        assert cfg.splits == 1 and cfg.workspace == counters
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -135,10 +140,12 @@ def test_resident_blocks():
         small, 16, 4096, 4096, 64, SMS, registers=128)
 
 
-@pytest.mark.parametrize("name", NEW[:1] + [n for n in NEW if n.startswith("sgemm_t")][:1])
+@pytest.mark.parametrize("name", [n for n in NEW if CATALOGUE[n].family.name != "mma"][:1]
+                         + [n for n in NEW if n.startswith("sgemm_t")][:1])
 def test_split_steps_are_compiled_in_or_out(name):
     """SPLIT_K = 1 renders CAN_SPLIT false: the compiler drops the split-K steps, so a plain entry is
-    the kernel it was before split-K existed; SPLIT_K = 0 or > 1 keeps them."""
+    the kernel it was before split-K existed; SPLIT_K = 0 or > 1 keeps them. (The mma family leaves
+    them out of the source: tests/test_family_mma.py.)"""
     for splits, can_split in ((0, "true"), (1, "false"), (3, "true")):
         v = _with_splits(name, splits)
         src = render(v)

@@ -21,7 +21,7 @@ def _path(v) -> tuple:
     """The template options that pick distinct code (tile sizes only change constants)."""
     p = v.params
     if v.family.name == "mma":
-        return v.dtype, v.acc, p["STAGES"] == 1, p["RBUF"], p["B_X4"], p["SMEM_SWIZZLE"]
+        return v.dtype, v.acc, p["STAGES"] == 1, p["RBUF"], p["B_X4"], p["SMEM_SWIZZLE"], p["SPLIT_K"] != 1
     return p["A_TRANSPOSED"], p["DBUF"], p["ASYNC"], p["PAIRS"], p["SPLIT_K"] != 1
 
 
@@ -61,7 +61,8 @@ def test_representatives_cover_each_dtype_and_split_k():
     reps = [ENTRIES[n] for n in REPRESENTATIVES]
     assert {(v.dtype, v.acc) for v in reps if v.family.name == "mma"} >= {
         ("float16", "float16"), ("float16", "float32"), ("bfloat16", "float32"), ("float32", "tf32")}
-    assert any(v.params["SPLIT_K"] != 1 for v in reps if v.family.name == "sgemm_simt")
+    for family in FAMILIES:
+        assert any(v.params["SPLIT_K"] != 1 for v in reps if v.family.name == family)
 
 
 @pytest.mark.parametrize("batched,ep", [(True, None), (False, GELU), (True, GELU)],
@@ -72,7 +73,7 @@ def test_arguments_in_the_launchers_order(name, batched, ep):
     v = ENTRIES[name]
     params = _kernel_params(render(v.with_extras(batched=batched, epilogue=ep)))
     extras = (["batch"] if batched else []) + (["epi"] if ep else [])
-    tail = ["splits", "workspace"] if v.family.split_k else []
+    tail = ["splits", "workspace"] if v.family.takes_split_k_args(v.params) else []
     assert params == ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta", *extras, *tail]
 
 

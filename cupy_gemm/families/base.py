@@ -89,6 +89,9 @@ class Family:
                 `int splits, void* workspace` after its other arguments, the launcher picks `splits`
                 (the SPLIT_K parameter, or per shape when it is 0) and owns the workspace; blocks that
                 are not persistent find their split in blockIdx.y.
+    split_k_args_optional  SPLIT_K = 1 renders the plain kernel, without the split-K arguments as well as its
+                steps: the family's entries from before split-K keep their source, ABI and compiled images
+                (`takes_split_k_args` says which variants take them).
     split_k_fill   for a memory-bound family: blocks per SM the automatic split (SPLIT_K = 0) aims for,
                 to keep enough loads in flight (None: launch.k_splits' cost model decides).
     split_k_min_k  the least K a split should sum (None: launch.MIN_K_PER_SPLIT); a kernel whose partial
@@ -128,6 +131,7 @@ class Family:
     persistent: int = 0
     make_args: Callable | None = None
     split_k: bool = False
+    split_k_args_optional: bool = False
     split_k_fill: int | None = None
     split_k_min_k: int | None = None
     max_rows: Callable[[Mapping[str, int]], int] | None = None
@@ -141,6 +145,11 @@ class Family:
         for old, new in self.renamed.items():
             if new not in self.param_index or old in self.param_index:
                 raise ValueError(f"family {self.name!r}: renamed {old} -> {new} must map an old name to a parameter")
+
+    def takes_split_k_args(self, params: Mapping[str, int]) -> bool:
+        """Whether a kernel of these (completed) parameters takes `int splits, void* workspace` last, so
+        that the launcher passes them and owns a workspace for it."""
+        return self.split_k and not (self.split_k_args_optional and params["SPLIT_K"] == 1)
 
     def canonical(self, params: Mapping[str, object], *, where: str = "") -> dict[str, object]:
         """`params` with every old parameter name (`renamed`) replaced by its name now, order kept; values

@@ -9,11 +9,21 @@ TF32 rounds each landed stage to tf32 (cvt.rna) in shared memory, once per eleme
 caller's float32 inputs are never modified.
 Batched, the kernel body is one member's product (gemm_member) that gemm_kernel runs for each member of
 blockIdx.z; a fused epilogue goes through common/epilogue_vec.cuh's store.
+Split-K (SPLIT_K, `split_k`): split blockIdx.y multiplies a contiguous run of the K tiles (the body sees A,
+B and K narrowed to it), stores its accumulators as an fp32 partial tile and arrives on the tile's counter
+(templates/common/split_k.cuh); the last split sums the partials in split order into its accumulators and
+runs the usual epilogue once (alpha, beta·C, a fused epilogue). 1 (the default) renders the kernel without
+the split-K steps or arguments, byte for byte the source the family had before split-K; 0 lets the
+launcher choose per shape. TF32 entries read row-major B in place (no transposed copy, unlike the Hopper
+tf32 families), which is what small-M, deep-K float32 products need. Batched, a member's counters and
+partials follow the previous members' in the workspace. Float16 accumulation does not split (the partials
+are fp32).
 """
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import ACC_TYPES, CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
+from .base import (ACC_TYPES, CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag,
+                   split_k_param)
 
 # float16 accumulates in float32 by default; float16 accumulation serves the seed-named kernels.
 _DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("tf32",)}
@@ -95,6 +105,9 @@ def _rules(p, dtype, acc):
     if acc_regs > 128:
         yield ConfigError("WARP_TILE_N", p["WARP_TILE_N"], f"a warp tile that needs at most 128 accumulator "
                           f"registers per thread (WARP_TILE_M * WARP_TILE_N gives {acc_regs})")
+    if p["SPLIT_K"] != 1 and acc == "float16":
+        yield ConfigError("SPLIT_K", p["SPLIT_K"], "1 when accumulating in float16 (the split-K partial tiles are "
+                          "float32: split float16 inputs with acc=float32)")
 
 
 MMA = Family(
@@ -116,6 +129,7 @@ MMA = Family(
         block_swizzle_param(),
         Param("MIN_BLOCKS", 1, "blocks per SM promised to the compiler (__launch_bounds__), capping registers",
               lo=1, hi=4),
+        split_k_param(1),  # 1: the plain kernel, its source unchanged
     ),
     dtypes=_DTYPES,
     threads=threads,
@@ -125,6 +139,8 @@ MMA = Family(
     rules=(_rules,),
     min_cc=lambda p, dtype, acc: 80,
     renamed=RENAMED_BLOCK_SWIZZLE,
+    split_k=True,
+    split_k_args_optional=True,
     batched=True,
     epilogue=True,
 )
