@@ -196,7 +196,8 @@ def epilogue_only(ep, out, values) -> None:
     import cupy
     from .render import render_file
     source = render_file("epilogue_only.cu.j2", VARIANT="epilogue_only", FAMILY="-", DTYPE=out.dtype.name,
-                         ACC="float32", LAYOUT="row", T_IN=launch.CUDA_TYPES[out.dtype.name][0], T_ACC="float",
+                         ACC="float32", LAYOUT="row", T_IN=launch.CUDA_TYPES[out.dtype.name][0],
+                         T_OUT=launch.CUDA_TYPES[out.dtype.name][0], T_ACC="float",
                          THREADS=256, EPILOGUE=ep.render())
     kernel = _epilogue_kernels.get(source)
     if kernel is None:

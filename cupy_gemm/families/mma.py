@@ -8,7 +8,8 @@ registers across the k steps of a tile (RBUF); an epilogue staged through shared
 TF32 rounds each landed stage to tf32 (cvt.rna) in shared memory, once per element per block; the
 caller's float32 inputs are never modified.
 Batched, the kernel body is one member's product (gemm_member) that gemm_kernel runs for each member of
-blockIdx.z; a fused epilogue goes through common/epilogue_vec.cuh's store.
+blockIdx.z; a fused epilogue goes through common/epilogue_vec.cuh's store. C may be stored in another
+dtype than A and B (`convert`): the 16-byte chunks of VEC columns become VEC elements of T_OUT.
 """
 from __future__ import annotations
 
@@ -127,6 +128,7 @@ MMA = Family(
     renamed=RENAMED_BLOCK_SWIZZLE,
     batched=True,
     epilogue=True,
+    convert=True,
 )
 
 FAMILIES = (MMA,)
