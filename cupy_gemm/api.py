@@ -223,7 +223,7 @@ def _given(variant, a, b, c, out, beta, precision=None, out_dtype=None):
 
 
 def matmul(a, b, *, variant=None, out=None, out_dtype=None, precision=None, epilogue=None, operands=None,
-           bias=None, activation=None):
+           bias=None, activation=None, row_scale=None, col_scale=None, clamp=None):
     """a @ b for CuPy arrays, like cupy.matmul: 2-D, or N-D with broadcast batch dimensions (and NumPy's
     rules for 1-D operands), a batch running in one launch. variant: a catalogue name, "cublas", "auto", a
     Kernel, or None for the default chosen per GPU and shape (cupy_gemm.dispatch). precision (float32
@@ -236,23 +236,27 @@ def matmul(a, b, *, variant=None, out=None, out_dtype=None, precision=None, epil
     default picks among them). variant="cublas" computes in the inputs' dtype and converts afterwards
     (a second pass; a 16-bit product is rounded to its dtype first).
 
-    Fused into the kernel's store, in this order: `bias` (one value per column, y = x + bias[j]), then
-    `activation` ("relu", "gelu", "gelu_tanh", "silu", "sigmoid"), then `epilogue`: one step or a list,
-    each a built-in name or "y = <expression>" over x (the value so far), i, j (row, column) and the
-    arrays or numbers in `operands`, read as name[i] (per row), name[j] (per column), name[i, j] (per
-    element) or name (a number); e.g. epilogue="y = x * scale[j] + res[i, j]". The expression is checked
-    before anything renders (cupy_gemm/epilogue.py) and compiled into the kernel, once per text."""
+    Fused into the kernel's store, in this order: `row_scale` (one value per row, y = x · row_scale[i]),
+    `col_scale` (one per column, y = x · col_scale[j]), `bias` (one per column, y = x + bias[j]),
+    `activation` ("relu", "gelu", "gelu_tanh", "silu", "sigmoid"), `clamp` ((lo, hi), either None: y =
+    fminf(fmaxf(x, lo), hi), the bounds passed as numbers, so other bounds reuse the kernel), then
+    `epilogue`: one step or a list, each a built-in name or "y = <expression>" over x (the value so far),
+    i, j (row, column) and the arrays or numbers in `operands`, read as name[i] (per row), name[j] (per
+    column), name[i, j] (per element) or name (a number); e.g. epilogue="y = x * scale[j] + res[i, j]".
+    The expression is checked before anything renders (cupy_gemm/epilogue.py) and compiled into the
+    kernel, once per text."""
     return gemm(a, b, variant=variant, out=out, out_dtype=out_dtype, precision=precision, epilogue=epilogue,
-                operands=operands, bias=bias, activation=activation)
+                operands=operands, bias=bias, activation=activation, row_scale=row_scale, col_scale=col_scale,
+                clamp=clamp)
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, out_dtype=None, precision=None,
-         epilogue=None, operands=None, bias=None, activation=None):
+         epilogue=None, operands=None, bias=None, activation=None, row_scale=None, col_scale=None, clamp=None):
     """BLAS semantics: alpha·a·b + beta·c, then the fused epilogue (see matmul). The result goes to `out`
     (c itself for an in-place update, out=c), or to a new array of out_dtype (see matmul); c is read only
     when beta != 0 and has the result's dtype. N-D operands batch as in matmul; c has the result's shape.
     precision: as for matmul."""
-    ep, values = fused_epilogue(epilogue, operands, bias, activation)
+    ep, values = fused_epilogue(epilogue, operands, bias, activation, row_scale, col_scale, clamp)
     out_dtype = _out_dtype_name(out_dtype)
     if variant is not None:
         _one_of(variant, precision)
@@ -265,19 +269,35 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, out_dtype
     return prepared.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values, out_dtype)
 
 
-def fused_epilogue(steps=None, operands=None, bias=None, activation=None):
-    """(Epilogue, operand values) for matmul's keyword arguments, or (None, None) without any."""
+def fused_epilogue(steps=None, operands=None, bias=None, activation=None, row_scale=None, col_scale=None,
+                   clamp=None):
+    """(Epilogue, operand values) for matmul's keyword arguments, or (None, None) without any. The
+    built-in keywords become steps in matmul's order, their values operands named after them
+    (row_scale, col_scale, bias, clamp_lo, clamp_hi): a name operands= gives too is an EpilogueError."""
     values = dict(operands or {})
     chain = []
-    if bias is not None:
-        if "bias" in values:
-            raise _epilogue.EpilogueError("bias= is given and operands= names 'bias' too: rename one")
-        values["bias"] = bias
-        chain.append("y = x + bias[j]")
+
+    def operand(keyword, name, value):
+        if name in values:
+            raise _epilogue.EpilogueError(f"{keyword}= is given and operands= names {name!r} too: rename one")
+        values[name] = value
+
+    for keyword, value, step in (("row_scale", row_scale, "y = x * row_scale[i]"),
+                                 ("col_scale", col_scale, "y = x * col_scale[j]"), ("bias", bias, "y = x + bias[j]")):
+        if value is not None:
+            operand(keyword, keyword, value)
+            chain.append(step)
     if activation is not None:
         if activation not in _epilogue.BUILTINS:
             raise _epilogue.EpilogueError(f"activation {activation!r}: one of {', '.join(_epilogue.BUILTINS)}")
         chain.append(activation)
+    lo, hi = _clamp_bounds(clamp)
+    if lo is not None or hi is not None:
+        for name, value in (("clamp_lo", lo), ("clamp_hi", hi)):
+            if value is not None:
+                operand("clamp", name, value)
+        x = "x" if lo is None else "fmaxf(x, clamp_lo)"
+        chain.append(f"y = {x}" if hi is None else f"y = fminf({x}, clamp_hi)")
     if steps is not None:
         chain += [steps] if isinstance(steps, str) else list(steps)
     if not chain:
@@ -287,6 +307,22 @@ def fused_epilogue(steps=None, operands=None, bias=None, activation=None):
     # what the Epilogue depends on besides the text: which operands are numbers, and the arrays' dtypes
     types = tuple(sorted((name, _epilogue.operand_type(value)) for name, value in values.items()))
     return _built(tuple(chain), types), values
+
+
+def _clamp_bounds(clamp) -> tuple:
+    """clamp= as (lo, hi), each a float or None."""
+    if clamp is None:
+        return None, None
+    if isinstance(clamp, (str, bytes)) or not hasattr(clamp, "__len__") or len(clamp) != 2:
+        raise _epilogue.EpilogueError(f"clamp must be a pair (lo, hi), either None; got {clamp!r}")
+    for side, value in zip(("lo", "hi"), clamp):
+        if value is not None and _epilogue.operand_type(value) != "scalar":
+            raise _epilogue.EpilogueError(f"clamp's {side} must be a number or None (passed to the kernel by "
+                                          f"value, so other bounds reuse it); got {type(value).__name__}")
+    lo, hi = (None if value is None else float(value) for value in clamp)
+    if lo is not None and hi is not None and not lo <= hi:
+        raise _epilogue.EpilogueError(f"clamp=({lo}, {hi}): lo must be at most hi")
+    return lo, hi
 
 
 @lru_cache(maxsize=256)

@@ -28,6 +28,9 @@ ENTRIES = ["hgemm_wgmma_m64n256k16_stages4_ws2", "bgemm_wgmma_m64n128k16_tile64x
            "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async", "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk"]
 CONVERSIONS = [(name, out) for name in ENTRIES for out in OUT_DTYPES if out != registry.lookup(name).dtype]
 GELU_BIAS = epilogue.build("y = x + bias[j]", "gelu", operands={"bias": "col"})
+# matmul's built-in keywords together: row and column scales, bias, an activation and a clamp
+KEYWORDS = api.fused_epilogue(row_scale=np.zeros(1, np.float32), col_scale=np.zeros(1, np.float16),
+                              bias=np.zeros(1, np.float32), activation="gelu", clamp=(-1.0, 1.0))[0]
 WGMMA = "hgemm_wgmma_m64n256k16_stages3_ws2"
 MMA = "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32"
 
@@ -74,7 +77,7 @@ def test_conversions_compile_batched_with_an_epilogue(name):
     out = "float32" if v.dtype != "float32" else "bfloat16"
     if not v.family.batched:
         pytest.skip(f"family {v.family.name} runs no batches")
-    compile_variant(v.with_extras(batched=True, epilogue=GELU_BIAS, out_dtype=out), _archs(v)[0])
+    compile_variant(v.with_extras(batched=True, epilogue=KEYWORDS, out_dtype=out), _archs(v)[0])
 
 
 def test_a_tf32_tile_without_whole_16_bit_boxes_stores_from_registers():
