@@ -93,6 +93,7 @@ def render(name_or_family: str, dtype: str | None = None, acc: str | None = None
 
 
 defaults_key = dispatch.defaults_key
+_out_dtype_name = operands.out_dtype_name  # gemm's `operands` argument hides the module there
 
 
 def _check_3xtf32(key: str, cc: int) -> None:
@@ -136,13 +137,17 @@ def _one_of(variant, precision) -> None:
 
 
 def _resolve_variant(variant, problem: operands.Problem, precision: str | None = None, needs=()) -> Variant | str:
-    """needs: Family flags ("batched", "epilogue") the call uses; the default is chosen among the entries
-    that have them (a variant the caller names is checked later)."""
+    """needs: Family flags ("batched", "epilogue") the call uses, and "convert" when the problem stores C
+    in another dtype; the default is chosen among the entries that have them (a variant the caller names
+    is checked later, a tuned one that lacks them gives way to the default)."""
     key = defaults_key(problem.dtype.name, precision)
+    needs = tuple(needs) + (("convert",) if problem.out_dtype else ())
     if isinstance(variant, Kernel):
         variant = variant.variant
     if isinstance(variant, str) and variant == AUTO:
         variant = _tuned_variant(problem, None if precision is None else PRECISIONS[precision])
+        if variant is not None and not all(getattr(variant.family, need) for need in needs):
+            variant = None
     if variant is None:
         gpu = dispatch.gpu_of(problem.device_id)
         _check_3xtf32(key, gpu.cc)
@@ -164,6 +169,11 @@ def _resolve_variant(variant, problem: operands.Problem, precision: str | None =
         raise DTypeError(f"variant {variant.name!r} takes {variant.dtype} inputs, not {problem.dtype.name}; "
                          f"{problem.dtype.name} variants include {', '.join(same[:5])}"
                          f"{', …' if len(same) > 5 else ''} (variant=None picks the default)")
+    if problem.out_dtype and not variant.family.convert:
+        converting = sorted(name for name, fam in registry.families().items() if fam.convert)
+        raise DTypeError(f"variant {variant.name!r} (family {variant.family.name}) stores C as {variant.dtype}, "
+                         f"its inputs' dtype; out_dtype={problem.out_dtype!r} needs a family that converts in "
+                         f"its store ({', '.join(converting)}), or variant=None")
     return variant
 
 
@@ -171,14 +181,15 @@ class Plan:
     """A checked call with everything decided: calling it launches (and copies where a layout needs it).
     Timing a plan measures the kernel plus only the copies that call really needs."""
 
-    def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None):
+    def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None,
+                 out_dtype=None):
         _one_of(variant, precision)
-        self.problem = operands.check(a, b, c, out, beta)
+        self.problem = operands.check(a, b, c, out, beta, operands.out_dtype_name(out_dtype))
         self.variant = _resolve_variant(variant, self.problem, precision)
         self.device = prepared.device_of(self.problem.device_id)
         if out is None:
             with self.device:
-                out = prepared.allocate((self.problem.m, self.problem.n), self.problem.dtype)
+                out = prepared.allocate((self.problem.m, self.problem.n), self.problem.out_dtype or self.problem.dtype)
         self.a, self.b, self.c, self.out = a, b, c, out
         self.alpha, self.beta = float(alpha), float(beta)
         self._prepared = prepared.Prepared(self.variant, self.problem, self.device, self.alpha, self.beta,
@@ -186,75 +197,107 @@ class Plan:
         if self.variant != CUBLAS:  # a few-rows kernel refuses a larger product before compiling
             operands.swap_for_rows(self.problem.m, self.problem.n, self.variant.max_rows(), where=self.variant.name)
             with self.device:  # compile and load now: errors surface here, not in the first timed call
-                launch.load(self.variant, self.device)
+                launch.load(self.variant.with_extras(out_dtype=self.problem.out_dtype), self.device)
 
     def __call__(self):
         with self.device:
             return self._prepared.run(self.a, self.b, self.c, self.out)
 
 
-def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None) -> Plan:
-    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out, precision=precision)
+def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None, out_dtype=None) -> Plan:
+    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out, precision=precision, out_dtype=out_dtype)
 
 
-def _given(variant, a, b, c, out, beta, precision=None):
+def _given(variant, a, b, c, out, beta, precision=None, out_dtype=None):
     """A variant argument as the cache of prepared launches takes it: None, a name or a Variant."""
     if isinstance(variant, Kernel):
         return variant.variant
     if isinstance(variant, str) and variant == AUTO:
         # the tuning database may change between calls: ask it every time (it memoises), cache the rest
-        return _tuned_variant(operands.check(a, b, c, out, beta), None if precision is None else PRECISIONS.get(precision))
+        problem = operands.check(a, b, c, out, beta, out_dtype)
+        tuned = _tuned_variant(problem, None if precision is None else PRECISIONS.get(precision))
+        if tuned is not None and problem.out_dtype and not tuned.family.convert:
+            return None  # the default among the families that convert
+        return tuned
     return variant
 
 
-def matmul(a, b, *, variant=None, out=None, precision=None, epilogue=None, operands=None, bias=None,
-           activation=None):
+def matmul(a, b, *, variant=None, out=None, out_dtype=None, precision=None, epilogue=None, operands=None,
+           bias=None, activation=None, row_scale=None, col_scale=None, clamp=None):
     """a @ b for CuPy arrays, like cupy.matmul: 2-D, or N-D with broadcast batch dimensions (and NumPy's
     rules for 1-D operands), a batch running in one launch. variant: a catalogue name, "cublas", "auto", a
     Kernel, or None for the default chosen per GPU and shape (cupy_gemm.dispatch). precision (float32
     inputs, with variant None or "auto"): "fp32" exact on CUDA cores, "tf32" TF32 tensor cores, "3xtf32"
     about fp32 accuracy on tensor cores (Hopper); None: "fp32", or "tf32" with CUPY_TF32=1.
 
-    Fused into the kernel's store, in this order: `bias` (one value per column, y = x + bias[j]), then
-    `activation` ("relu", "gelu", "gelu_tanh", "silu", "sigmoid"), then `epilogue`: one step or a list,
-    each a built-in name or "y = <expression>" over x (the value so far), i, j (row, column) and the
-    arrays or numbers in `operands`, read as name[i] (per row), name[j] (per column), name[i, j] (per
-    element) or name (a number); e.g. epilogue="y = x * scale[j] + res[i, j]". The expression is checked
-    before anything renders (cupy_gemm/epilogue.py) and compiled into the kernel, once per text."""
-    return gemm(a, b, variant=variant, out=out, precision=precision, epilogue=epilogue, operands=operands,
-                bias=bias, activation=activation)
+    out_dtype ("float32", "float16", "bfloat16"; None: out's dtype if out is given, else the inputs'):
+    the dtype of the result. The fp32 results (after the epilogue) are converted once, in the kernel's
+    store; only families that convert serve it (wgmma, wgmma_tf32, wgmma_3xtf32, mma, sgemm_simt: the
+    default picks among them). variant="cublas" computes in the inputs' dtype and converts afterwards
+    (a second pass; a 16-bit product is rounded to its dtype first).
+
+    Fused into the kernel's store, in this order: `row_scale` (one value per row, y = x · row_scale[i]),
+    `col_scale` (one per column, y = x · col_scale[j]), `bias` (one per column, y = x + bias[j]),
+    `activation` ("relu", "gelu", "gelu_tanh", "silu", "sigmoid"), `clamp` ((lo, hi), either None: y =
+    fminf(fmaxf(x, lo), hi), the bounds passed as numbers, so other bounds reuse the kernel), then
+    `epilogue`: one step or a list, each a built-in name or "y = <expression>" over x (the value so far),
+    i, j (row, column) and the arrays or numbers in `operands`, read as name[i] (per row), name[j] (per
+    column), name[i, j] (per element) or name (a number); e.g. epilogue="y = x * scale[j] + res[i, j]".
+    The expression is checked before anything renders (cupy_gemm/epilogue.py) and compiled into the
+    kernel, once per text."""
+    return gemm(a, b, variant=variant, out=out, out_dtype=out_dtype, precision=precision, epilogue=epilogue,
+                operands=operands, bias=bias, activation=activation, row_scale=row_scale, col_scale=col_scale,
+                clamp=clamp)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None, epilogue=None,
-         operands=None, bias=None, activation=None):
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, out_dtype=None, precision=None,
+         epilogue=None, operands=None, bias=None, activation=None, row_scale=None, col_scale=None, clamp=None):
     """BLAS semantics: alpha·a·b + beta·c, then the fused epilogue (see matmul). The result goes to `out`
-    (c itself for an in-place update, out=c), or to a new array; c is read only when beta != 0. N-D
-    operands batch as in matmul; c has the result's shape. precision: as for matmul."""
-    ep, values = fused_epilogue(epilogue, operands, bias, activation)
+    (c itself for an in-place update, out=c), or to a new array of out_dtype (see matmul); c is read only
+    when beta != 0 and has the result's dtype. N-D operands batch as in matmul; c has the result's shape.
+    precision: as for matmul."""
+    ep, values = fused_epilogue(epilogue, operands, bias, activation, row_scale, col_scale, clamp)
+    out_dtype = _out_dtype_name(out_dtype)
     if variant is not None:
         _one_of(variant, precision)
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:
         decide = partial(_resolve_variant, needs=("batched", "epilogue") if ep else ("batched",))
-        return batched.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values)
+        return batched.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values, out_dtype)
     if variant is not None:
-        variant = _given(variant, a, b, c, out, beta, precision)
+        variant = _given(variant, a, b, c, out, beta, precision, out_dtype)
     decide = partial(_resolve_variant, needs=("epilogue",)) if ep else _resolve_variant
-    return prepared.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values)
+    return prepared.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values, out_dtype)
 
 
-def fused_epilogue(steps=None, operands=None, bias=None, activation=None):
-    """(Epilogue, operand values) for matmul's keyword arguments, or (None, None) without any."""
+def fused_epilogue(steps=None, operands=None, bias=None, activation=None, row_scale=None, col_scale=None,
+                   clamp=None):
+    """(Epilogue, operand values) for matmul's keyword arguments, or (None, None) without any. The
+    built-in keywords become steps in matmul's order, their values operands named after them
+    (row_scale, col_scale, bias, clamp_lo, clamp_hi): a name operands= gives too is an EpilogueError."""
     values = dict(operands or {})
     chain = []
-    if bias is not None:
-        if "bias" in values:
-            raise _epilogue.EpilogueError("bias= is given and operands= names 'bias' too: rename one")
-        values["bias"] = bias
-        chain.append("y = x + bias[j]")
+
+    def operand(keyword, name, value):
+        if name in values:
+            raise _epilogue.EpilogueError(f"{keyword}= is given and operands= names {name!r} too: rename one")
+        values[name] = value
+
+    for keyword, value, step in (("row_scale", row_scale, "y = x * row_scale[i]"),
+                                 ("col_scale", col_scale, "y = x * col_scale[j]"), ("bias", bias, "y = x + bias[j]")):
+        if value is not None:
+            operand(keyword, keyword, value)
+            chain.append(step)
     if activation is not None:
         if activation not in _epilogue.BUILTINS:
             raise _epilogue.EpilogueError(f"activation {activation!r}: one of {', '.join(_epilogue.BUILTINS)}")
         chain.append(activation)
+    lo, hi = _clamp_bounds(clamp)
+    if lo is not None or hi is not None:
+        for name, value in (("clamp_lo", lo), ("clamp_hi", hi)):
+            if value is not None:
+                operand("clamp", name, value)
+        x = "x" if lo is None else "fmaxf(x, clamp_lo)"
+        chain.append(f"y = {x}" if hi is None else f"y = fminf({x}, clamp_hi)")
     if steps is not None:
         chain += [steps] if isinstance(steps, str) else list(steps)
     if not chain:
@@ -264,6 +307,22 @@ def fused_epilogue(steps=None, operands=None, bias=None, activation=None):
     # what the Epilogue depends on besides the text: which operands are numbers, and the arrays' dtypes
     types = tuple(sorted((name, _epilogue.operand_type(value)) for name, value in values.items()))
     return _built(tuple(chain), types), values
+
+
+def _clamp_bounds(clamp) -> tuple:
+    """clamp= as (lo, hi), each a float or None."""
+    if clamp is None:
+        return None, None
+    if isinstance(clamp, (str, bytes)) or not hasattr(clamp, "__len__") or len(clamp) != 2:
+        raise _epilogue.EpilogueError(f"clamp must be a pair (lo, hi), either None; got {clamp!r}")
+    for side, value in zip(("lo", "hi"), clamp):
+        if value is not None and _epilogue.operand_type(value) != "scalar":
+            raise _epilogue.EpilogueError(f"clamp's {side} must be a number or None (passed to the kernel by "
+                                          f"value, so other bounds reuse it); got {type(value).__name__}")
+    lo, hi = (None if value is None else float(value) for value in clamp)
+    if lo is not None and hi is not None and not lo <= hi:
+        raise _epilogue.EpilogueError(f"clamp=({lo}, {hi}): lo must be at most hi")
+    return lo, hi
 
 
 @lru_cache(maxsize=256)

@@ -19,14 +19,15 @@ from . import batching, dispatch, launch, operands, prepared, registry
 from .errors import DeviceError, DTypeError, InputError
 
 
-def check(a, b, c, out, beta: float) -> batching.BatchPlan:
-    """The checks of operands.check for N-D operands; the plan of a @ b."""
+def check(a, b, c, out, beta: float, out_dtype: str | None = None) -> tuple[batching.BatchPlan, str]:
+    """The checks of operands.check for N-D operands; the plan of a @ b and the result's dtype name."""
     a, b = operands.require_cupy(a, "a"), operands.require_cupy(b, "b")
     if a.dtype != b.dtype:
         raise DTypeError(f"a and b must have the same dtype; got {a.dtype} and {b.dtype} (convert one with .astype)")
     if a.device.id != b.device.id:
         raise DeviceError(f"a is on GPU {a.device.id} and b on GPU {b.device.id}")
     plan = batching.plan(a.shape, a.strides, b.shape, b.strides, itemsize=a.itemsize)
+    want = operands.output_dtype(a.dtype.name, c, out, out_dtype)
     for dim, value in (("M", plan.m), ("N", plan.n), ("K", plan.k), ("batch", plan.count)):
         if value > operands.INDEX_LIMIT:
             raise InputError(f"{dim}={value} exceeds {operands.INDEX_LIMIT}, the largest the kernels index")
@@ -37,29 +38,29 @@ def check(a, b, c, out, beta: float) -> batching.BatchPlan:
         if x.shape != plan.out_shape:
             raise InputError(f"{name} must have shape {plan.out_shape} for a {a.shape} @ {b.shape} product; "
                              f"got {x.shape}")
-        if x.dtype != a.dtype:
-            raise DTypeError(f"{name} must have dtype {a.dtype} like a and b; got {x.dtype}")
         if x.device.id != a.device.id:
             raise DeviceError(f"{name} is on GPU {x.device.id} but a and b are on GPU {a.device.id}")
     operands.check_addresses(a, b, c, out, beta)
-    return plan
+    return plan, want
 
 
-def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None):
-    """alpha·a@b + beta·c for operands of any dimension >= 1 (at least one not 2-D), into out. A call
-    whose operands needed no copy is remembered by the key of prepared.py: repeating it with arrays of
-    the same shapes, strides, dtypes and alignment only rebinds the addresses and launches."""
+def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None, out_dtype=None):
+    """alpha·a@b + beta·c for operands of any dimension >= 1 (at least one not 2-D), into out, stored as
+    out_dtype (as prepared.call takes it). A call whose operands needed no copy is remembered by the key
+    of prepared.py: repeating it with arrays of the same shapes, strides, dtypes and alignment only
+    rebinds the addresses and launches."""
     import cupy
-    key = prepared._key(a, b, c, out, alpha, beta, variant, precision, epilogue)
+    key = prepared._key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype)
     known = _entries.get(key) if key is not None else None
     if known is not None:
-        return _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values)
-    plan = check(a, b, c, out, beta)
+        return _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype)
+    plan, want = check(a, b, c, out, beta, out_dtype)
+    converts = None if want == a.dtype.name else want  # C's dtype where the kernel converts
     beta = beta if c is not None else 0.0
     device = prepared.device_of(a.device.id)
     with device:
         if out is None:
-            out = cupy.empty(plan.out_shape, a.dtype)
+            out = cupy.empty(plan.out_shape, want)
         if beta != 0 and c is not out and not operands.same_view(c, out):
             out[...] = c
         a3, b3, full = _matrices(a, b, out)
@@ -70,12 +71,12 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
             return out
         if 0 in (plan.count, plan.m, plan.n) or plan.k == 0:
             if variant is not None:  # an unknown or unfit variant is still an error
-                decide(variant, operands.Problem(1, 1, 1, a.dtype, device.id), precision)
+                decide(variant, operands.Problem(1, 1, 1, a.dtype, device.id, converts), precision)
             _empty_batch(full, alpha, beta, plan, epilogue, values)
             return out
-        chosen = _choose(variant, decide, plan, a.dtype, device, precision,
-                         ("batched", "epilogue") if epilogue is not None else ("batched",))
-        run = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values)
+        needs = ("batched",) + (("epilogue",) if epilogue is not None else ()) + (("convert",) if converts else ())
+        chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts)
+        run = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts)
         if run is not None:
             _remember(key, ("launch", plan, run, OrderedDict()))
     return out
@@ -94,12 +95,12 @@ def _remember(key, entry) -> None:
             _entries.popitem(last=False)
 
 
-def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values):
+def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype):
     """A call with a known key: the checks that look at addresses, then the remembered way."""
     import cupy
     kind, plan = known[0], known[1]
     if out is None:
-        out = cupy.empty(plan.out_shape, a.dtype)
+        out = cupy.empty(plan.out_shape, out_dtype or a.dtype)
     else:
         operands.check_addresses(a, b, c, out, beta)
     beta = beta if c is not None else 0.0
@@ -178,12 +179,13 @@ def _empty_batch(out, alpha, beta, plan, epilogue, values):
             prepared.epilogue_only(epilogue, member, values)
 
 
-def _choose(variant, decide, plan, dtype, device, precision, needs):
+def _choose(variant, decide, plan, dtype, device, precision, needs, converts=None):
     """The variant for the batch: the caller's (it must run batches), or by default the batched entry of
     the dtype's big-tile and small-tile lists that pads a member's C least (the larger tile among equals):
-    a member is often one tile or a few, where padding, not waves, decides."""
+    a member is often one tile or a few, where padding, not waves, decides. converts: C's dtype name
+    where it is not `dtype`'s."""
     if variant is not None:
-        problem = operands.Problem(plan.m, plan.n, plan.k, np.dtype(dtype), device.id)
+        problem = operands.Problem(plan.m, plan.n, plan.k, np.dtype(dtype), device.id, converts)
         chosen = decide(variant, problem, precision)
         if isinstance(chosen, str):  # "cublas"
             raise InputError("variant='cublas' runs 2-D products here; for batches call cupy.matmul itself")
@@ -197,17 +199,18 @@ def _choose(variant, decide, plan, dtype, device, precision, needs):
     usable = [registry.lookup(name) for role in ("default", "small_tile") for name in lists[role][key]
               if dispatch.why_not(name, key, gpu.cc, needs) is None]
     if not usable:
-        raise InputError(f"no variant for {key} batches{' with an epilogue' if 'epilogue' in needs else ''} runs "
-                         f"on this GPU")
+        raise InputError(f"no variant for {key} batches{' with an epilogue' if 'epilogue' in needs else ''}"
+                         f"{f' stored as {converts}' if converts else ''} runs on this GPU")
     area = lambda v: v.family.tile(v.params)[0] * v.family.tile(v.params)[1]
     return min(usable, key=lambda v: (dispatch.padded_area(v, plan.m, plan.n), -area(v)))
 
 
-def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values):
+def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, converts=None):
     """The batched launch: each operand in place where its members fit the family, else copied."""
     import cupy
     fam = variant.family
     align = fam.align(variant.params, variant.dtype)
+    out_align = operands.c_align(align, a.itemsize, out.itemsize)  # the same bytes in C's elements
     up = lambda x: -(-x // align) * align
     k_pad, n_pad = up(plan.k), up(plan.n) if fam.layout == "row" else plan.n
     if fam.layout != "row":
@@ -215,21 +218,27 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values):
     A = _member_layout(cupy, a, "row", align, cols=k_pad)
     B = _member_layout(cupy, b, fam.b_layout or "row", align, rows=k_pad, cols=n_pad)
     C, copy_back = out, None
-    if n_pad != plan.n or not _fits(out, "row", align):
-        C = cupy.empty(out.shape[:-1] + (n_pad,), out.dtype)  # the kernel writes all of it
+    if n_pad != plan.n or not _fits(out, "row", out_align):
+        C = _members_buffer(cupy, out, n_pad, out_align)  # the kernel writes all of it
         if beta != 0:
             C[..., :plan.n] = out
         copy_back = C[..., :plan.n]
-    final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize)
+    final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize,
+                          out_itemsize=C.itemsize)
     if not final.fits:  # more batch dimensions than a kernel unravels: make a and C contiguous
-        A, C = cupy.ascontiguousarray(A), cupy.ascontiguousarray(C)
-        copy_back = copy_back if copy_back is not None else C
-        final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize)
+        A = cupy.ascontiguousarray(A)
+        if copy_back is None:  # C is out itself (else this call's buffer, whose members follow each other)
+            C = _members_buffer(cupy, out, n_pad, out_align)
+            if beta != 0:
+                C[..., :plan.n] = out
+            copy_back = C[..., :plan.n]
+        final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize,
+                              out_itemsize=C.itemsize)
     if epilogue is not None:
-        variant = variant.with_extras(batched=True, epilogue=epilogue)
+        variant = variant.with_extras(batched=True, epilogue=epilogue, out_dtype=converts)
         params = epilogue.pack(values, plan.m, plan.n)
     else:
-        variant, params = variant.with_extras(batched=True), None
+        variant, params = variant.with_extras(batched=True, out_dtype=converts), None
     member = lambda x: x[(0,) * (x.ndim - 2)]
     A0, B0, C0 = member(A), member(B), member(C)
     ld = lambda x, order: operands.leading_dim(x.shape, x.strides, x.itemsize, order)
@@ -251,6 +260,12 @@ def _fits(x, order: str, align: int) -> bool:
     if ld is None or ld % align or x.data.ptr % (align * x.itemsize):
         return False
     return all(s % (align * x.itemsize) == 0 for s, n in zip(x.strides[:-2], x.shape[:-2]) if n > 1)
+
+
+def _members_buffer(cupy, out, cols: int, align: int):
+    """An uninitialised C for out's members with `cols` columns, each row starting `align`-aligned (a
+    16-bit C of fp32 inputs needs more columns of padding than the inputs' alignment gives)."""
+    return cupy.empty(out.shape[:-1] + (-(-cols // align) * align,), out.dtype)[..., :cols]
 
 
 def _member_layout(cupy, x, order: str, align: int, rows: int | None = None, cols: int | None = None):

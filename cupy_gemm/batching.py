@@ -80,10 +80,11 @@ class BatchPlan:
         return a_off, b_off, c_off
 
 
-def plan(a_shape, a_strides, b_shape, b_strides, out_strides=None, itemsize: int = 1) -> BatchPlan:
+def plan(a_shape, a_strides, b_shape, b_strides, out_strides=None, itemsize: int = 1,
+         out_itemsize: int | None = None) -> BatchPlan:
     """The plan for a @ b given shapes and strides (strides in bytes, as CuPy and NumPy give them;
-    itemsize converts them to elements). out_strides: those of a caller's `out` (of out_shape), or None
-    for a fresh C-contiguous result."""
+    itemsize converts them to elements, out_itemsize those of out when its dtype differs). out_strides:
+    those of a caller's `out` (of out_shape), or None for a fresh C-contiguous result."""
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
     given = (a_shape, b_shape)
     if not a_shape or not b_shape:
@@ -107,7 +108,7 @@ def plan(a_shape, a_strides, b_shape, b_strides, out_strides=None, itemsize: int
     if out_strides is None:
         c_st = _contiguous(out_full)
     else:
-        c_st = _unsqueeze(tuple(s // itemsize for s in out_strides), squeeze_m, squeeze_n)
+        c_st = _unsqueeze(tuple(s // (out_itemsize or itemsize) for s in out_strides), squeeze_m, squeeze_n)
         if len(c_st) != len(out_full):
             raise InputError(f"out must have shape {out_shape}")
     a_b = _aligned(a_shape[:-2], a_st[:-2], len(batch))

@@ -155,7 +155,8 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
             elif role != "default":
                 notes.append(f"{name} ({role}): {reason}")
     if not usable["default"]:
-        raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {gpu.cc}")
+        uses = f" with {' and '.join(needs)} support" if needs else ""
+        raise DTypeError(f"no variant in the catalogue serves {key}{uses} on compute capability {gpu.cc}")
     default = usable["default"][0]
     small = min(m, n)
     if small <= SKINNY_MAX:

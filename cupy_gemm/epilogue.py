@@ -5,7 +5,8 @@ An Epilogue is a sequence of steps, each `y = <expression>` in CUDA over
   i, j     the element's row and column in C,
   names    extra operands the caller declares, each read as `name[i]` (one value per row), `name[j]`
            (per column), `name[i, j]` (a whole M×N matrix) or `name` (a scalar, passed by value).
-The built-in steps (bias, activations, scales, clamp) are such expressions too. A user's expression is
+The built-in steps (activations here; bias, row and column scales and clamp, which matmul's keywords
+make in api.fused_epilogue) are such expressions too. A user's expression is
 checked token by token before anything renders: only x, i, j, the declared names indexed as declared, the
 math functions in FUNCTIONS, numbers, operators and parentheses. No statements, no assignment but the
 leading `y =`, no comments, strings, braces or preprocessor lines, so nothing escapes the expression.

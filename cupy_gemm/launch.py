@@ -143,7 +143,7 @@ _loaded: dict[tuple, tuple[object, Compiled]] = {}
 
 def _identity(variant: Variant, device) -> tuple:
     return (variant.family.name, variant.name, variant.dtype, variant.acc, tuple(variant.params.items()),
-            variant.batched, variant.epilogue, device.id)
+            variant.batched, variant.epilogue, variant.out_dtype, device.id)
 
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
@@ -315,6 +315,10 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     if variant.batched != (batch is not None) or (variant.epilogue is None) != (epilogue_params is None):
         raise InputError(f"{variant.name}: a batched variant needs a batch plan and one with an epilogue its "
                          f"parameters (and neither without)")
+    c_dtype = getattr(getattr(C, "dtype", None), "name", None)
+    if c_dtype is not None and c_dtype != (variant.out_dtype or variant.dtype):
+        raise InputError(f"{variant.name}: C is {c_dtype} but the kernel stores {variant.out_dtype or variant.dtype} "
+                         f"(render it with_extras(out_dtype={c_dtype!r}) where the family converts)")
     if batch is not None and swapped:
         batch = batch.transposed()  # the kernel's view: make_args, BatchArgs and rebind all take it so
     kernel, compiled = load(variant, device)

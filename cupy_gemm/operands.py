@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import DeviceError, DTypeError, InputError
+from .families.base import OUT_DTYPES  # what a family that converts stores C as
 
 INDEX_LIMIT = 2**31 - 1  # M, N, K are 32-bit in every kernel; offsets are 64-bit
 
@@ -68,8 +69,43 @@ class Problem:
     m: int
     n: int
     k: int
-    dtype: np.dtype
+    dtype: np.dtype  # of A and B
     device_id: int
+    out_dtype: str | None = None  # C's dtype name where it is not `dtype` (a family that converts stores it)
+
+
+
+
+def out_dtype_name(out_dtype) -> str | None:
+    """The name of a requested output dtype (a name, a NumPy dtype or type), or None for none requested.
+    Raises DTypeError for anything else, before anything runs."""
+    if out_dtype is None:
+        return None
+    if isinstance(out_dtype, str):
+        name = out_dtype
+    else:
+        try:
+            name = np.dtype(out_dtype).name
+        except TypeError:
+            name = repr(out_dtype)
+    if name not in OUT_DTYPES:
+        raise DTypeError(f"out_dtype {out_dtype!r}: one of {', '.join(OUT_DTYPES)} (or None: the inputs' dtype)")
+    return name
+
+
+def output_dtype(in_dtype: str, c, out, out_dtype: str | None) -> str:
+    """C's dtype name for a call: out_dtype (checked by out_dtype_name), else out's, else the inputs'.
+    out must agree with out_dtype (InputError), and c, read as beta·C, must have the output dtype."""
+    want = out_dtype or (out.dtype.name if out is not None else in_dtype)
+    if out is not None and out.dtype.name != want:
+        raise InputError(f"out is {out.dtype.name} but out_dtype is {want}: give one of them, or make them agree")
+    if want != in_dtype and want not in OUT_DTYPES:
+        raise DTypeError(f"out is {want}: the result is {in_dtype} like a and b, or one of {', '.join(OUT_DTYPES)} "
+                         f"(converted in the kernel's store)")
+    if c is not None and c.dtype.name != want:
+        raise DTypeError(f"c must have the output dtype {want} (beta·c is added before the result is stored as "
+                         f"{want}); got {c.dtype.name}: convert it with c.astype({want!r})")
+    return want
 
 
 def matrix_sizes(a, b) -> tuple[int, int, int]:
@@ -83,8 +119,9 @@ def matrix_sizes(a, b) -> tuple[int, int, int]:
     return m, n, k
 
 
-def check(a, b, c, out, beta: float) -> Problem:
-    """Every check that needs no variant. Raises before anything launches."""
+def check(a, b, c, out, beta: float, out_dtype: str | None = None) -> Problem:
+    """Every check that needs no variant. Raises before anything launches. out_dtype: a name from
+    out_dtype_name, or None (out's dtype, else the inputs')."""
     a, b = require_cupy(a, "a"), require_cupy(b, "b")
     for name, x in (("a", a), ("b", b)):
         if x.ndim != 2:
@@ -102,12 +139,11 @@ def check(a, b, c, out, beta: float) -> Problem:
         require_cupy(x, name)
         if x.shape != (m, n):
             raise InputError(f"{name} must have shape {(m, n)} for a {m}×{k} by {k}×{n} product; got {x.shape}")
-        if x.dtype != a.dtype:
-            raise DTypeError(f"{name} must have dtype {a.dtype} like a and b; got {x.dtype}")
         if x.device.id != a.device.id:
             raise DeviceError(f"{name} is on GPU {x.device.id} but a and b are on GPU {a.device.id}")
+    want = output_dtype(a.dtype.name, c, out, out_dtype)
     check_addresses(a, b, c, out, beta)
-    return Problem(m, n, k, a.dtype, a.device.id)
+    return Problem(m, n, k, a.dtype, a.device.id, None if want == a.dtype.name else want)
 
 
 def check_addresses(a, b, c, out, beta: float) -> None:
@@ -148,6 +184,12 @@ class Operands:
         return not self.copied and self.copy_back is None
 
 
+def c_align(align: int, in_itemsize: int, out_itemsize: int) -> int:
+    """C's alignment in its own elements for a family needing `align` input elements: the same bytes (a
+    16-byte rule stays 16 bytes whether C holds 2- or 4-byte elements)."""
+    return max(1, align * in_itemsize // out_itemsize)
+
+
 def _fits(x, order: str, align: int) -> int | None:
     ld = leading_dim(x.shape, x.strides, x.itemsize, order)
     if ld is None or ld % align or x.data.ptr % (align * x.itemsize):
@@ -170,26 +212,30 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
             max_rows: int | None = None, beta_read: bool = True) -> Operands:
     """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`;
     `b_layout` is B's own layout where it differs (a "row" kernel reading B K-major takes "col");
-    `max_rows` fixes the orientation for a kernel serving few rows of C (see swap_for_rows).
+    `max_rows` fixes the orientation for a kernel serving few rows of C (see swap_for_rows). An out of
+    another dtype than a and b (a converting family) is aligned to as many bytes in its own elements.
 
     out must already hold beta·C's input (the caller copies c into it when beta != 0); beta_read=False
     says the kernel will not read it (beta = 0), so a temporary C need not start as out's copy."""
     import cupy
 
     orders = (layout, b_layout or layout)
+    aligns = (align, c_align(align, a.itemsize, out.itemsize))
     if max_rows is not None:
         swapped = swap_for_rows(a.shape[0], b.shape[1], max_rows)
         if swapped:
             a, b, out = b.T, a.T, out.T
-        ops = _oriented(cupy, a, b, out, layout, align, orders, False, beta_read)
+        ops = _oriented(cupy, a, b, out, layout, aligns, orders, False, beta_read)
         ops.swapped = swapped
         return ops
-    return _oriented(cupy, a, b, out, layout, align, orders, True, beta_read)
+    return _oriented(cupy, a, b, out, layout, aligns, orders, True, beta_read)
 
 
-def _oriented(cupy, a, b, out, layout, align, orders, swap: bool, beta_read: bool) -> Operands:
-    """The product as given, or (swap=True) its transpose where only that one is zero-copy."""
+def _oriented(cupy, a, b, out, layout, aligns, orders, swap: bool, beta_read: bool) -> Operands:
+    """The product as given, or (swap=True) its transpose where only that one is zero-copy. aligns: the
+    family's alignment in A's and B's elements, and the same bytes in C's."""
 
+    align, out_align = aligns
     other = "col" if layout == "row" else "row"
     m, k = a.shape
     n = b.shape[1]
@@ -197,24 +243,26 @@ def _oriented(cupy, a, b, out, layout, align, orders, swap: bool, beta_read: boo
     def aligned(rows, cols):  # row kernels read K and N contiguously, column kernels M and K
         return k % align == 0 and (cols if layout == "row" else rows) % align == 0
 
-    if aligned(m, n) and _fits(out, layout, align) is not None:
+    if aligned(m, n) and _fits(out, layout, out_align) is not None:
         return _direct(a, b, out, orders, align, None)
-    if swap and aligned(n, m) and _fits(out, other, align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
+    if swap and aligned(n, m) and _fits(out, other, out_align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
         ops = _direct(b.T, a.T, out.T, orders, align, None)
         ops.swapped = True
         return ops
     if aligned(m, n):  # out is a view no kernel can write: compute into a fresh array, copy back
-        tmp = _empty(cupy, (m, n), out.dtype, layout)
+        tmp = _output_buffer(cupy, out, (m, n), layout, out_align)
         if beta_read:
             tmp[...] = out
         return _direct(a, b, tmp, orders, align, (out, tmp))
     # pad with zeros: exact, since padded columns of A meet padded rows of B
     up = lambda x: -(-x // align) * align
     mp, kp, np_ = (up(m) if layout == "col" else m), up(k), (up(n) if layout == "row" else n)
-    if (mp, np_) == (m, n) and _fits(out, layout, align) is not None:
+    if (mp, np_) == (m, n) and _fits(out, layout, out_align) is not None:
         C, copy_back = out, None  # only K is padded: C is written in place (three launches fewer)
     else:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
-        C = _padded(cupy, out, (mp, np_), layout, fill=beta_read)
+        C = _output_buffer(cupy, out, (mp, np_), layout, out_align)
+        if beta_read:
+            C[:m, :n] = out
         copy_back = (out, C[:m, :n])
     ops = _direct(_padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1]), C,
                   orders, align, copy_back)
@@ -232,20 +280,22 @@ def _direct(a, b, c, orders, align, copy_back) -> Operands:
                     copy_back, copied=A is not a or B is not b)
 
 
-def _empty(cupy, shape, dtype, layout):
-    return cupy.empty(shape, dtype=dtype, order="C" if layout == "row" else "F")
+def _output_buffer(cupy, out, shape, layout, align):
+    """An uninitialised C of `shape` in `layout`, its leading dimension a multiple of `align` (which the
+    contiguous extent alone may not be when C's elements are smaller than the inputs')."""
+    rows, cols = shape
+    up = -(-(cols if layout == "row" else rows) // align) * align
+    full = (rows, up) if layout == "row" else (up, cols)
+    return cupy.empty(full, dtype=out.dtype, order="C" if layout == "row" else "F")[:rows, :cols]
 
 
 def _copy(cupy, x, layout):
     return cupy.ascontiguousarray(x) if layout == "row" else cupy.asfortranarray(x)
 
 
-def _padded(cupy, x, shape, layout, fill: bool = True):
-    """x in a buffer of `shape` whose extra rows and columns are zero; fill=False: an uninitialised
-    buffer, for an output the kernel overwrites whole."""
+def _padded(cupy, x, shape, layout):
+    """x in a buffer of `shape` whose extra rows and columns are zero."""
     buf = cupy.empty(shape, dtype=x.dtype, order="C" if layout == "row" else "F")
-    if not fill:
-        return buf
     rows, cols = x.shape
     buf[:rows, :cols] = x
     if cols < shape[1]:

@@ -3,7 +3,7 @@
 A call's key holds everything its decisions depend on except the data: the type, shape, strides, dtype
 and device of a, b, c and out (whether c and out were given), each base address modulo 256 (a view's
 offset can break a kernel's vector or TMA alignment), the current device and stream (the split-K
-workspace is per stream), the variant argument, CUPY_TF32, alpha and beta. Two calls with equal keys pass
+workspace is per stream), the variant argument, CUPY_TF32, alpha, beta, the epilogue and out_dtype. Two calls with equal keys pass
 the same shape, dtype and device checks of operands.check, get the same variant, the same arrangement of
 the operands (in place, swapped to Cᵀ = Bᵀ·Aᵀ, or copied) and the same grid and scalar arguments. What
 looks at addresses runs on every call: the overlap checks, and the tensor maps of Hopper families, which
@@ -36,6 +36,8 @@ class Prepared:
                  epilogue=None):
         self.variant, self.device = variant, device
         self.epilogue = epilogue  # an epilogue.Epilogue fused into the kernel, or None
+        self.out_dtype = problem.out_dtype  # C's dtype name where the kernel converts, else None
+        self.result_dtype = problem.out_dtype or problem.dtype  # what a call without `out` allocates
         self.m, self.n, self.k = problem.m, problem.n, problem.k
         self.alpha = alpha
         self.beta = beta if c_given else 0.0  # BLAS: no C given means C = 0
@@ -86,8 +88,10 @@ class Prepared:
                                self.beta != 0)
         params = None
         if self.epilogue is not None:  # in the kernel's orientation; the operands as the caller gave them
-            v = v.with_extras(epilogue=self.epilogue.transposed(ops.swapped))
+            v = v.with_extras(epilogue=self.epilogue.transposed(ops.swapped), out_dtype=self.out_dtype)
             params = self.epilogue.pack(values, self.m, self.n)
+        else:
+            v = v.with_extras(out_dtype=self.out_dtype)
         run = launch.prepare(v, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.ldc,
                              self.alpha, self.beta, epilogue_params=params)
         run()
@@ -107,8 +111,17 @@ class Prepared:
 
 
 def cublas(a, b, out, alpha, beta):
+    """cupy.matmul (cuBLAS). An out of another dtype than a and b gets the product in a's dtype, then
+    alpha·product + beta·out in fp32, converted: a second pass, and 16-bit inputs' product is rounded to
+    their dtype first."""
     import cupy
     import numpy as np
+    if out.dtype != a.dtype:
+        y = cupy.matmul(a, b).astype(np.float32) * np.float32(alpha)
+        if beta != 0:
+            y += out.astype(np.float32) * np.float32(beta)
+        out[...] = y.astype(out.dtype)
+        return out
     if alpha == 1 and beta == 0:
         return cupy.matmul(a, b, out=out)
     prod = cupy.matmul(a, b)
@@ -119,12 +132,13 @@ def cublas(a, b, out, alpha, beta):
     return out
 
 
-def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None):
+def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None, out_dtype=None):
     """alpha·a·b + beta·c into out (allocated when None), then the epilogue (an epilogue.Epilogue, its
-    operands in `values`) if any. variant: None, a name or a Variant; decide(variant, problem, precision)
-    -> Variant or "cublas" runs on a miss only."""
+    operands in `values`) if any, stored as out_dtype (a name, operands.out_dtype_name's; None: out's
+    dtype, else a's). variant: None, a name or a Variant; decide(variant, problem, precision) ->
+    Variant or "cublas" runs on a miss only."""
     alpha, beta = float(alpha), float(beta)
-    key = _key(a, b, c, out, alpha, beta, variant, precision, epilogue)
+    key = _key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype)
     entry = _entries.get(key) if key is not None else None
     if entry is not None:
         try:
@@ -134,21 +148,22 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         if out is not None:
             operands.check_addresses(a, b, c, out, beta)
         else:
-            out = allocate((entry.m, entry.n), a.dtype)
+            out = allocate((entry.m, entry.n), entry.result_dtype)
         return entry.run(a, b, c, out, values)
-    problem = operands.check(a, b, c, out, beta)
+    problem = operands.check(a, b, c, out, beta, out_dtype)
     entry = Prepared(decide(variant, problem, precision), problem, device_of(problem.device_id), alpha, beta,
                      c is not None, epilogue)
     if epilogue is not None:
         if entry.is_cublas:
             raise InputError("variant='cublas' has no fused epilogue: pick a kernel of the catalogue, or None")
-        entry.variant.with_extras(epilogue=epilogue)  # a family without epilogues says so before anything runs
+        # a family without epilogues says so before anything runs
+        entry.variant.with_extras(epilogue=epilogue, out_dtype=problem.out_dtype)
         epilogue.pack(values, problem.m, problem.n)  # so do operands of the wrong shape or type
     with entry.device:
         if out is None:
-            out = allocate((problem.m, problem.n), problem.dtype)
+            out = allocate((problem.m, problem.n), entry.result_dtype)
         if not entry.is_cublas and epilogue is None:  # compile and load before anything runs: errors surface here
-            launch.load(entry.variant, entry.device)
+            launch.load(entry.variant.with_extras(out_dtype=problem.out_dtype), entry.device)
         result = entry.run(a, b, c, out, values)
     if key is not None:
         with _lock:
@@ -158,7 +173,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
     return result
 
 
-def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None):
+def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_dtype=None):
     """The call's key, or None when it is not cached: operands that are not plain CuPy arrays (the full
     check then raises the right error), or a current device other than the operands' (the launch
     switches devices, whose streams the key does not see)."""
@@ -188,14 +203,16 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None):
     # CUPY_TF32 only changes the default for float32; reading the environment costs a microsecond
     tf32 = token is None and dtype.char == "f" and config.allow_tf32()
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
-            b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32, precision, epilogue)
+            b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32, precision, epilogue,
+            out_dtype)
 
 
 def epilogue_only_source(ep, dtype: str) -> str:
     """The fused epilogue alone as a kernel over a dtype matrix (templates/epilogue_only.cu.j2)."""
     from .render import render_file
     return render_file("epilogue_only.cu.j2", VARIANT="epilogue_only", FAMILY="-", DTYPE=dtype, ACC="float32",
-                       LAYOUT="row", T_IN=launch.CUDA_TYPES[dtype][0], T_ACC="float", THREADS=256,
+                       LAYOUT="row", T_IN=launch.CUDA_TYPES[dtype][0], T_OUT=launch.CUDA_TYPES[dtype][0],
+                       T_ACC="float", THREADS=256,
                        EPILOGUE=ep.render())
 
 

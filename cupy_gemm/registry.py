@@ -27,7 +27,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from . import families as _families_pkg
 from .errors import CatalogueError, ConfigError, UnknownVariantError
-from .families.base import Family
+from .families.base import OUT_DTYPES, Family
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -50,14 +50,17 @@ class Variant:
     params: Mapping[str, int]
     notes: str = ""
     source_file: str = ""
-    # what a call adds to the catalogue entry (render.py puts both into the source, so each is its own
-    # compiled kernel): the batch index in the grid or scheduler (templates/common/batch.cuh), and a fused
-    # epilogue (cupy_gemm/epilogue.py). Neither is part of the name, the spec or a tuning entry.
+    # what a call adds to the catalogue entry (render.py puts each into the source, so each is its own
+    # compiled kernel): the batch index in the grid or scheduler (templates/common/batch.cuh), a fused
+    # epilogue (cupy_gemm/epilogue.py) and C's dtype where it differs from the inputs'. None is part of
+    # the name, the spec or a tuning entry.
     batched: bool = False
     epilogue: object = None  # an epilogue.Epilogue, or None
+    out_dtype: str | None = None  # C's dtype name when the call converts (Family.convert); None: dtype
 
-    def with_extras(self, *, batched: bool = False, epilogue=None) -> "Variant":
-        """This variant rendered for a batch and/or with a fused epilogue, where its family has them."""
+    def with_extras(self, *, batched: bool = False, epilogue=None, out_dtype: str | None = None) -> "Variant":
+        """This variant rendered for a batch, with a fused epilogue and/or storing C as `out_dtype`, where
+        its family has them. out_dtype equal to the input dtype is no extra: the source stays the entry's."""
         fam = self.family
         if batched and not fam.batched:
             raise ConfigError("batched", True, f"a family that runs batches ({', '.join(_with('batched'))}); "
@@ -65,9 +68,18 @@ class Variant:
         if epilogue is not None and not fam.epilogue:
             raise ConfigError("epilogue", str(epilogue), f"a family with fused epilogues "
                               f"({', '.join(_with('epilogue'))}); family {fam.name!r} has none", where=self.name)
-        if (batched, epilogue) == (self.batched, self.epilogue):
+        if out_dtype == self.dtype:
+            out_dtype = None
+        if out_dtype is not None:
+            if out_dtype not in OUT_DTYPES:
+                raise ConfigError("out_dtype", out_dtype, f"one of {', '.join(OUT_DTYPES)}", where=self.name)
+            if not fam.convert:
+                raise ConfigError("out_dtype", out_dtype, f"{self.dtype} (C in the inputs' dtype): only families "
+                                  f"that convert in their store ({', '.join(_with('convert'))}) write another; "
+                                  f"family {fam.name!r} does not", where=self.name)
+        if (batched, epilogue, out_dtype) == (self.batched, self.epilogue, self.out_dtype):
             return self
-        return replace(self, batched=batched, epilogue=epilogue)
+        return replace(self, batched=batched, epilogue=epilogue, out_dtype=out_dtype)
 
     def runs_on(self, cc: int) -> bool:
         """Whether a GPU of compute capability `cc` (e.g. 90) can run this variant: new enough for the

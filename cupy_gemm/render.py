@@ -36,6 +36,7 @@ def context(variant: Variant) -> dict:
         "DTYPE": variant.dtype,
         "ACC": variant.acc,
         "T_IN": CUDA_TYPES[variant.dtype][0],
+        "T_OUT": CUDA_TYPES[variant.out_dtype or variant.dtype][0],  # C's type: T_IN unless the call converts
         "T_ACC": ACC_TYPES[variant.acc],
         "THREADS": fam.threads(variant.params),
         "SMEM_BYTES": fam.smem_bytes(variant.params, variant.dtype, variant.acc),

@@ -53,9 +53,9 @@ class FakeGpu:
             self.resolutions += 1
             return real_resolve(*args, **kw)
 
-        def decide(variant, problem, precision=None):
+        def decide(variant, problem, precision=None, **needs):
             self.decisions += 1
-            return real_decide(variant, problem, precision)
+            return real_decide(variant, problem, precision, **needs)
         monkeypatch.setattr(operands, "resolve", resolve)
         monkeypatch.setattr(api, "_resolve_variant", decide)
         monkeypatch.delenv("CUPY_TF32", raising=False)

@@ -11,7 +11,7 @@ COMMON = registry.data_dir("templates") / "common"
 
 def _compile(ep):
     context = dict(VARIANT="epilogue_test", FAMILY="test", DTYPE="float16", ACC="float32", LAYOUT="row",
-                   T_IN="half", T_ACC="float", THREADS=128)
+                   T_IN="half", T_OUT="half", T_ACC="float", THREADS=128)
     source = "\n".join(jinja2.Template((COMMON / f).read_text()).render(**context)
                        for f in ("prelude.cuh", "epilogue.cuh"))
     source += "\n" + ep.render() + """

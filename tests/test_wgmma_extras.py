@@ -34,7 +34,7 @@ def test_both_families_take_batches_and_epilogues():
 def test_a_plain_variant_renders_nothing_of_the_extras(name):
     src = render(catalogue()[name])
     assert not [word for word in EXTRAS_ONLY if word in src]
-    assert "T_IN* __restrict__ C, int M, int N, int K, long long ldc,\n" \
+    assert "T_OUT* __restrict__ C, int M, int N, int K, long long ldc,\n" \
            "            float alpha, float beta, int splits, void* __restrict__ workspace)" in src
 
 
@@ -46,7 +46,7 @@ def test_the_extras_only_add_to_the_plain_source(name):
     plain = render(v).splitlines()
     extra = set(render(v.with_extras(batched=True, epilogue=CUSTOM)).splitlines())
     changed = [line.strip() for line in plain if line not in extra]
-    allowed = ("T_IN* __restrict__ C,", "float alpha, float beta, int splits", "const int tiles =",
+    allowed = ("T_OUT* __restrict__ C,", "float alpha, float beta, int splits", "const int tiles =",
                "const Tile tile = tile_of(tile_id,", "tile.row0);", "tile.col0);", "kb * BK);",
                "st_shared_pair(addr, alpha * acc", "tma_store_2d(&map_c, buf,", "acc[mi][4 * j + 2 * h + 1], alpha, beta);")
     assert [line for line in changed if not any(a in line for a in allowed)] == []

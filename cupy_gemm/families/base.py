@@ -17,6 +17,8 @@ from ..errors import ConfigError
 CUDA_TYPES = {"float32": ("float", 4), "float16": ("half", 2), "bfloat16": ("__nv_bfloat16", 2)}
 # accumulate/compute names; "tf32" means fp32 operands rounded to tf32 on the tensor cores, "3xtf32" fp32
 # operands split into two tf32 parts each, three tensor-core products summed in fp32.
+# what a family with `convert` may store C as, whatever its inputs
+OUT_DTYPES = tuple(CUDA_TYPES)
 ACC_TYPES = {"float32": "float", "float16": "half", "tf32": "float", "3xtf32": "float"}
 # the largest opt-in dynamic shared memory of any supported GPU (sm_90); the launcher checks the device's own
 MAX_DYNAMIC_SMEM = 227 * 1024
@@ -73,7 +75,7 @@ class Family:
     b_layout    B's layout where it differs from `layout` (a "row" family reading B K-major says "col").
     abi         "pointers": gemm_kernel(A, B, C, M, N, K, lda, ldb, ldc, alpha, beta);
                 "tma": the Hopper ABI (tensor maps for A and B; see families/wgmma.py).
-    dtypes      {input dtype: allowed accumulate names}; output dtype = input dtype.
+    dtypes      {input dtype: allowed accumulate names}; C has the input dtype unless the family converts.
     rules       callables (params, dtype, acc) -> iterator of ConfigError, beyond the per-Param checks.
     threads     params -> threads per block (block = (threads, 1, 1)).
     smem_bytes  (params, dtype, acc) -> dynamic shared memory bytes (0 for static smem only).
@@ -109,6 +111,11 @@ class Family:
                 `apply_epilogue(x, i, j, epi)` on alpha·acc + beta·C of every element, once (after the
                 split-K reduction), where i, j are the element's row and column in the kernel's C; it
                 takes an EpilogueParams after the BatchArgs (if any) and before the split-K arguments.
+    convert     the template stores C as T_OUT, any of OUT_DTYPES whatever the inputs (a variant rendered
+                with_extras(out_dtype=...)): the fp32 results (after alpha·acc + beta·C, the split-K sum and
+                the epilogue) are converted once, in the store, and beta·C reads C as T_OUT. The API then
+                aligns C's leading dimension and base to align(params, dtype) × sizeof(input) bytes, in
+                C's own elements (operands.c_align).
     renamed     {old parameter name: its name now}: sweep grids, tuning entries, `--set` and `render(...)`
                 written with an old name still work (`canonical` maps them; giving both names is an error).
     """
@@ -138,6 +145,7 @@ class Family:
     renamed: Mapping[str, str] = field(default_factory=dict)
     batched: bool = False
     epilogue: bool = False
+    convert: bool = False
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

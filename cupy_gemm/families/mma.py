@@ -18,6 +18,8 @@ launcher choose per shape. TF32 entries read row-major B in place (no transposed
 tf32 families), which is what small-M, deep-K float32 products need. Batched, a member's counters and
 partials follow the previous members' in the workspace. Float16 accumulation does not split (the partials
 are fp32).
+C may be stored in another dtype than A and B (`convert`): the 16-byte chunks of VEC columns become VEC
+elements of T_OUT.
 """
 from __future__ import annotations
 
@@ -143,6 +145,7 @@ MMA = Family(
     split_k_args_optional=True,
     batched=True,
     epilogue=True,
+    convert=True,
 )
 
 FAMILIES = (MMA,)

@@ -1,6 +1,7 @@
 """CUDA-core SGEMM with register tiles: the LeetCUDA `sgemm_t_*_sliced_k*_f32x4*` ladder in one template.
 
-Row-major fp32 (inputs, output, accumulation). Each thread owns a TM×TN tile of C made of float4
+Row-major fp32 inputs and accumulation; C is fp32, or float16 / bfloat16 rounded once in the store
+(`convert`). Each thread owns a TM×TN tile of C made of float4
 groups; the flags add the seed's steps one by one: A stored transposed, K-major, in shared memory
 (A_TRANSPOSED, the seed names' "bcf"), row padding (PAD, the seed's OFFSET), a register-staged double
 buffer (DBUF) and cp.async copies (ASYNC). MIN_BLOCKS is the __launch_bounds__ minimum, as in the mma family.
@@ -95,6 +96,7 @@ SGEMM_SIMT = Family(
     split_k=True,
     batched=True,
     epilogue=True,
+    convert=True,
     renamed={**RENAMED_BLOCK_SWIZZLE, "MINB": "MIN_BLOCKS", "BCF": "A_TRANSPOSED"},
 )
 

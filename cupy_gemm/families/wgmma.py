@@ -27,7 +27,9 @@ Batches (`batched`): a BatchArgs follows beta. The persistent blocks walk every 
 member-major); A, B and C's maps have rank 5, the matrix's two dimensions and then the three batch
 dimensions, so a copy's coordinates name the member (`batch_fits` says which batches the maps can address
 in place). A fused epilogue (`epilogue`) takes its EpilogueParams next and runs on alpha·acc + beta·C of
-every element, whichever path stores it.
+every element, whichever path stores it. C may have another dtype than A and B (`convert`): C's tensor map
+is then of that dtype with boxes of 128 bytes of it, and where BN holds no whole number of such boxes (a
+tf32 tile of 32·odd columns with a 16-bit C) the kernel stores from registers instead.
 
 PINGPONG = 1: each consumer warpgroup owns whole BM×BN tiles, the two alternating at the tensor cores,
 so one's epilogue (TMA stores, a fused epilogue) runs while the other multiplies.
@@ -95,24 +97,26 @@ def _rule_registers(p, dtype, acc):
 
 def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None) -> tuple:
     """The tensor maps and scalars of the "tma" ABI. batch: the batching.BatchPlan of a batched variant, in
-    the kernel's orientation (A, B and C are member 0's); every map then has the batch dimensions too."""
+    the kernel's orientation (A, B and C are member 0's); every map then has the batch dimensions too.
+    C's map is of C's own dtype (the variant's out_dtype), its boxes one 128-byte swizzle row wide."""
     from .. import tma
     p, dtype = variant.params, variant.dtype
-    row = _elems_per_row(dtype)
+    out = variant.out_dtype or dtype
+    row, size, c_row, c_size = _elems_per_row(dtype), CUDA_TYPES[dtype][1], _elems_per_row(out), CUDA_TYPES[out][1]
     operand = "tfloat32" if variant.acc == "tf32" else dtype  # TMA rounds fp32 operands to tf32 (nearest even)
     if variant.family.b_layout == "col":  # K-major B: the map is over Bᵀ, N rows of K contiguous elements
         b_rows, b_cols, b_box = n, k, p["BN"]
     else:
         b_rows, b_cols, b_box = k, n, p["BK"]
-    maps = ((A, operand, m, k, lda, p["BM"]), (B, operand, b_rows, b_cols, ldb, b_box),
-            (C, dtype, m, n, ldc, C_BOX_ROWS))
+    maps = ((A, operand, m, k, lda, p["BM"], row, size), (B, operand, b_rows, b_cols, ldb, b_box, row, size),
+            (C, out, m, n, ldc, C_BOX_ROWS, c_row, c_size))
     if batch is None:
-        map_a, map_b, map_c = (tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=row)
-                               for x, t, r, c, ld, box in maps)
+        map_a, map_b, map_c = (tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=cols)
+                               for x, t, r, c, ld, box, cols, _ in maps)
     else:
         strides = (batch.a_strides, batch.b_strides, batch.c_strides)
-        map_a, map_b, map_c = (_batched_map(x.data.ptr, t, r, c, ld, box, row, batch.shape, st, CUDA_TYPES[dtype][1])
-                               for (x, t, r, c, ld, box), st in zip(maps, strides))
+        map_a, map_b, map_c = (_batched_map(x.data.ptr, t, r, c, ld, box, cols, batch.shape, st, bytes_)
+                               for (x, t, r, c, ld, box, cols, bytes_), st in zip(maps, strides))
     return (map_a, map_b, map_c, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
             np.float32(alpha), np.float32(beta))
 
@@ -129,16 +133,17 @@ def _batched_map(ptr, dtype, rows, cols, ld, box_rows, box_cols, shape, strides,
     return tma.tensor_map(ptr, dtype, dims=dims, strides=byte_strides, box=(box_cols, box_rows) + (1,) * MAX_BATCH_DIMS)
 
 
-def batch_fits(plan, dtype: str) -> bool:
-    """Whether the tensor maps can address this batch (a batching.BatchPlan of `dtype` elements) in place:
+def batch_fits(plan, dtype: str, out_dtype: str | None = None) -> bool:
+    """Whether the tensor maps can address this batch (a batching.BatchPlan of `dtype` elements, C of
+    `out_dtype`'s, None: dtype's) in place:
     at most MAX_BATCH_DIMS dimensions, and every batch stride of A, B and C either 0 (broadcast) or a
     positive multiple of 16 bytes (the copy engine's rule, which make_args enforces with InputError). When
     it is False the caller copies the batch into contiguous arrays (whose strides then fit, given 16-byte
     aligned leading dimensions) or picks another family."""
     from .. import tma
     try:
-        for strides in (plan.a_strides, plan.b_strides, plan.c_strides):
-            tma.check_batch_strides(strides, CUDA_TYPES[dtype][1])
+        for strides, of in ((plan.a_strides, dtype), (plan.b_strides, dtype), (plan.c_strides, out_dtype or dtype)):
+            tma.check_batch_strides(strides, CUDA_TYPES[of][1])
     except InputError:
         return False
     return plan.fits
@@ -180,6 +185,7 @@ _COMMON = dict(
     renamed=RENAMED_BLOCK_SWIZZLE,
     batched=True,
     epilogue=True,
+    convert=True,
 )
 
 WGMMA = Family(

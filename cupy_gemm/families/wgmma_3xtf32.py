@@ -13,7 +13,8 @@ when they accumulate, an error that would otherwise grow with K (measured with t
 mean bias of 0.02 × 2^-11 of |C| at K = 4096). The partial tile doubles the accumulator registers.
 
 The ABI, tensor maps and layouts are the `wgmma_tf32` family's (families/wgmma.py): A and C row-major,
-B column-major (K-major; the API copies a row-major B), 16-byte aligned bases and leading dimensions.
+B column-major (K-major; the API copies a row-major B), 16-byte aligned bases and leading dimensions;
+C may be stored as float16 or bfloat16 (`convert`), as in `wgmma_tf32`.
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ WGMMA_3XTF32 = Family(
     abi="tma",
     make_args=make_args,
     renamed=RENAMED_BLOCK_SWIZZLE,
+    convert=True,
 )
 
 FAMILIES = (WGMMA_3XTF32,)

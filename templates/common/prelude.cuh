@@ -3,7 +3,8 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 
-using T_IN = {{ T_IN }};    // element type of A, B and C
+using T_IN = {{ T_IN }};    // element type of A and B (and of C, unless the family converts)
+using T_OUT = {{ T_OUT }};  // element type of C where the family converts (Family.convert); else T_IN
 using T_ACC = {{ T_ACC }};  // accumulator type
 constexpr int THREADS = {{ THREADS }};
 // Column-major (BLAS convention) when true: element (r, c) of a matrix with leading dimension ld

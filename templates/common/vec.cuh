@@ -6,6 +6,8 @@ template <> struct VecOf<2> { using type = unsigned short; };
 template <> struct VecOf<4> { using type = unsigned int; };
 template <> struct VecOf<8> { using type = uint2; };
 template <> struct VecOf<16> { using type = uint4; };
+// 8 fp32 elements of a C converted from 16-bit inputs (one 16-byte chunk of them): two 16-byte moves
+template <> struct VecOf<32> { struct alignas(16) type { uint4 lo, hi; }; };
 
 // Copy VEC consecutive elements of type T as one access.
 template <typename T, int VEC>

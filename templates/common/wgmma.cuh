@@ -69,18 +69,18 @@ __device__ __forceinline__ void wgmma_async(float (&d)[{{ NACC }}], unsigned lon
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
 
-// Epilogue for one thread's pair of adjacent columns: C = alpha * acc + beta * C, with C read only
-// when beta != 0. The pair is one 4-byte (16-bit) or 8-byte (fp32) access: the API pads N and ldc to
-// 16 bytes and the pair starts at an even column.
-__device__ __forceinline__ void store_pair(T_IN* p, float v0, float v1, float alpha, float beta) {
+// Epilogue for one thread's pair of adjacent columns of C (T_OUT): C = alpha * acc + beta * C, with C
+// read only when beta != 0. The pair is one 4-byte (16-bit) or 8-byte (fp32) access: the API pads N and
+// aligns ldc to 16 bytes, and the pair starts at an even column.
+__device__ __forceinline__ void store_pair(T_OUT* p, float v0, float v1, float alpha, float beta) {
     v0 *= alpha;
     v1 *= alpha;
     if (beta != 0.f) {
         v0 = fmaf(beta, to_float(p[0]), v0);
         v1 = fmaf(beta, to_float(p[1]), v1);
     }
-    if constexpr (sizeof(T_IN) == 2) {
-        T_IN pair[2] = {from_float<T_IN>(v0), from_float<T_IN>(v1)};
+    if constexpr (sizeof(T_OUT) == 2) {
+        T_OUT pair[2] = {from_float<T_OUT>(v0), from_float<T_OUT>(v1)};
         *reinterpret_cast<unsigned*>(p) = *reinterpret_cast<const unsigned*>(pair);
     } else {
         *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
@@ -88,10 +88,10 @@ __device__ __forceinline__ void store_pair(T_IN* p, float v0, float v1, float al
 }
 
 // The same pair into shared memory at byte address `addr` (the epilogue's staging buffer), converted to
-// the output type: one st.shared of 4 or 8 bytes.
+// C's type: one st.shared of 4 or 8 bytes.
 __device__ __forceinline__ void st_shared_pair(unsigned addr, float v0, float v1) {
-    if constexpr (sizeof(T_IN) == 2) {
-        T_IN pair[2] = {from_float<T_IN>(v0), from_float<T_IN>(v1)};
+    if constexpr (sizeof(T_OUT) == 2) {
+        T_OUT pair[2] = {from_float<T_OUT>(v0), from_float<T_OUT>(v1)};
         asm volatile("st.shared.b32 [%0], %1;\n" :: "r"(addr), "r"(*reinterpret_cast<const unsigned*>(pair)) : "memory");
     } else {
         asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n" :: "r"(addr), "f"(v0), "f"(v1) : "memory");

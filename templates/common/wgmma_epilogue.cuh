@@ -1,8 +1,8 @@
 // ---- wgmma epilogues: one consumer warpgroup's 64×N fp32 accumulator tile to C -------------------
 // Needs common/tma.cuh and common/wgmma.cuh (st_shared_pair, store_pair). Accumulator register i of
 // thread t holds row 16*(t/32) + (t%32)/4 + 8*((i/2)%2), column 8*(i/4) + 2*(t%4) + i%2 of the tile.
-// C is staged in boxes of 64 rows by one 128-byte swizzle row (EPI_BOX_COLS columns).
-constexpr int EPI_BOX_COLS = 128 / (int)sizeof(T_IN), EPI_BOX_BYTES = 64 * 128;
+// C (T_OUT) is staged in boxes of 64 rows by one 128-byte swizzle row (EPI_BOX_COLS columns).
+constexpr int EPI_BOX_COLS = 128 / (int)sizeof(T_OUT), EPI_BOX_BYTES = 64 * 128;
 
 // beta = 0: alpha·acc through a swizzled staging buffer in shared memory (two boxes at `bufs`, used in
 // turn as `box_count` advances), stored by TMA at (row0, col0) and clipped at C's edge. The stores run on
@@ -24,7 +24,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&acc)[NACC], const Ten
                 // the layout TMA's 128-byte swizzle expects: 16-byte chunk index XOR row % 8; the 8 rows
                 // a warp writes at once then fall in distinct banks
                 const int r = warp * 16 + lane / 4 + 8 * h;
-                const int byte = (jj * 8 + (lane % 4) * 2) * (int)sizeof(T_IN);
+                const int byte = (jj * 8 + (lane % 4) * 2) * (int)sizeof(T_OUT);
                 const unsigned addr = buf + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15);
                 const int i = 4 * (box * EPI_BOX_COLS / 8 + jj) + 2 * h;
                 st_shared_pair(addr, alpha * acc[i], alpha * acc[i + 1]);
@@ -42,7 +42,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&acc)[NACC], const Ten
 // Any beta: guarded stores of adjacent column pairs straight from the accumulators, C read only when
 // beta != 0.
 template <int NACC>
-__device__ __forceinline__ void epilogue_direct(const float (&acc)[NACC], T_IN* C, int M, int N, long long ldc,
+__device__ __forceinline__ void epilogue_direct(const float (&acc)[NACC], T_OUT* C, int M, int N, long long ldc,
                                                 int row0, int col0, float alpha, float beta) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int row = row0 + warp * 16 + lane / 4;

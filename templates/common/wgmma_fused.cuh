@@ -5,7 +5,7 @@
 // epilogue's code rather than one per store path keeps the 128-accumulator tiles clear of spills. C is
 // read only when beta != 0. Elements past M or N keep alpha·acc (the stores drop them).
 template <int NACC>
-__device__ __forceinline__ void epilogue_in_place(float (&acc)[NACC], const T_IN* C, long long ldc, int M, int N,
+__device__ __forceinline__ void epilogue_in_place(float (&acc)[NACC], const T_OUT* C, long long ldc, int M, int N,
                                                   int row0, int col0, float alpha, float beta,
                                                   const EpilogueParams& epi) {
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
