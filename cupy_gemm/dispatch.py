@@ -131,7 +131,7 @@ def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", need
         for entry, distance in selection_tables.nearest(table, key, layout, m, n, k):
             if distance > TABLE_REACH:
                 break
-            reason = why_not(entry["variant"], key, gpu.cc, needs)
+            reason = why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
             if reason is None:
                 return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
                                 f"{_shape(entry)} (log2 distance {distance:.2f})", tuple(notes))
@@ -187,6 +187,15 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
         notes.append(f"{idle}, but no {'split-K or ' if deep else ''}smaller-tile entry runs here")
     bm, bn = default.family.tile(default.params)
     return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn})", tuple(notes))
+
+
+def _too_many_rows(name: str, m: int, n: int) -> str | None:
+    """Why a few-rows variant (Family.max_rows) cannot serve m×n, or None: a table's nearest shape may have
+    fewer rows than the problem (16×4096 answers 17×4096)."""
+    rows = registry.catalogue()[name].max_rows()
+    if rows is not None and min(m, n) > rows:
+        return f"serves at most {rows} rows or columns, not {min(m, n)}"
+    return None
 
 
 def rows_of(v: Variant) -> int:
