@@ -151,7 +151,8 @@ def _resolve_variant(variant, problem: operands.Problem, precision: str | None =
     if variant is None:
         gpu = dispatch.gpu_of(problem.device_id)
         _check_3xtf32(key, gpu.cc)
-        variant = dispatch.choose(gpu, key, problem.m, problem.n, problem.k, needs=needs).variant
+        variant = dispatch.choose(gpu, key, problem.m, problem.n, problem.k, needs=needs,
+                                  placement=problem.placement).variant
     if isinstance(variant, str):
         if variant == CUBLAS:
             return CUBLAS

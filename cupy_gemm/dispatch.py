@@ -11,6 +11,10 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
    - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
      deep (the one whose tiles pad C least), else a `small_tile` entry that puts the most blocks on it;
    - otherwise the first `default` entry (big tiles).
+3. then, for a call whose operands are known (their Placement), the unaligned rule: when the variant chosen
+   would copy them for its family's alignment (zero-padded K or N, or a view off its vectors: arrange.py)
+   and the copies an `unaligned` entry saves cost at least as much as the product itself
+   (the copies' traffic >= COPY_SHARE × kernel_cost), the first such entry, which reads them where they lie.
 A named variant the catalogue lacks, that does not run on the GPU, or that does not compute in the
 dtype key's precision is skipped at every step, so tables and candidate lists may name kernels that a
 given installation or GPU does not have. This runs once per call geometry (the fast path caches it).
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import config, registry, selection_tables
+from .arrange import COPY_LAUNCH_BYTES, Placement, fresh
 from .errors import CatalogueError, ConfigError, DeviceError, DTypeError
 from .launch import MIN_K_PER_SPLIT, resident_blocks
 from .registry import Variant
@@ -39,7 +44,16 @@ IDLE_FRACTION = 2
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
 DTYPE_KEYS = ("float32", "tf32", "3xtf32", "float16", "bfloat16")
-ROLES = ("default", "skinny", "split_k", "small_tile")
+ROLES = ("default", "skinny", "split_k", "small_tile", "unaligned")
+# The unaligned rule prices the default's copies and the product in bytes of memory traffic. A launch counts
+# COPY_LAUNCH_BYTES (a small copy kernel's launch and tail, about 2 µs, at about 3 TB/s); the product the larger
+# of its operands' bytes and its FLOPs over FLOPS_PER_BYTE, where the default kernels turn compute-bound. The
+# rule fires when the copies cost at least COPY_SHARE of the product: an unaligned entry up to 1 + COPY_SHARE
+# times slower than the default still wins. fp16, new arrays: 129×1000×33 pads A and B in 4 launches (24.2 MB
+# against 0.32 MB: unaligned), 4095×4095×33 copies C back too (101 MB against 32.5 MB: unaligned),
+# 2048×2048×2047 pads 32 MB in 4 launches (56 MB against 128 MB: padded, measured 59.5 µs to cuBLAS's 130).
+FLOPS_PER_BYTE = {"float32": 16, "tf32": 64, "3xtf32": 32, "float16": 128, "bfloat16": 128}
+COPY_SHARE = 1.0
 
 
 @dataclass(frozen=True)
@@ -123,15 +137,24 @@ def first_default(key: str, cc: int) -> str:
     raise DTypeError(f"no variant in the catalogue serves {key} on compute capability {cc}")
 
 
-def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", needs=()) -> Decision:
-    """needs: Family flags the call uses ("epilogue" for a fused epilogue): entries without them are skipped."""
+def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", needs=(),
+           placement: Placement | None = None) -> Decision:
+    """needs: Family flags the call uses ("epilogue" for a fused epilogue): entries without them are skipped.
+    placement: where the operands lie (operands.Problem's), for the unaligned rule; None skips it."""
+    decision = _table_or_heuristic(gpu, key, m, n, k, layout, needs)
+    if placement is None:
+        return decision
+    return _unaligned(gpu, key, m, n, k, decision, placement, needs)
+
+
+def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str, needs) -> Decision:
     notes: list[str] = []
     table = selection_tables.table_for(gpu.name, gpu.cc)
     if table is not None:
         for entry, distance in selection_tables.nearest(table, key, layout, m, n, k):
             if distance > TABLE_REACH:
                 break
-            reason = why_not(entry["variant"], key, gpu.cc, needs)
+            reason = why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
             if reason is None:
                 return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
                                 f"{_shape(entry)} (log2 distance {distance:.2f})", tuple(notes))
@@ -198,6 +221,54 @@ def _why_no_split(v: Variant) -> str | None:
     return None
 
 
+def _too_many_rows(name: str, m: int, n: int) -> str | None:
+    """Why a few-rows variant (Family.max_rows) cannot serve m×n, or None: a table's nearest shape may have
+    fewer rows than the problem (16×4096 answers 17×4096)."""
+    rows = registry.catalogue()[name].max_rows()
+    if rows is not None and min(m, n) > rows:
+        return f"serves at most {rows} rows or columns, not {min(m, n)}"
+    return None
+
+
+def _unaligned(gpu: Gpu, key: str, m: int, n: int, k: int, decision: Decision, placement: Placement,
+               needs) -> Decision:
+    """The decision, or the first usable `unaligned` entry where the chosen variant's copies cost more."""
+    chosen = registry.catalogue()[decision.variant]
+    padded = placement.for_variant(chosen)
+    if padded.traffic == placement.for_variant(chosen, align=1).traffic:
+        return decision  # no copy is for the alignment (a layout the family cannot read may still cost one)
+    kernel = kernel_cost(key, m, n, k, placement.a.itemsize)
+    notes = list(decision.notes)
+    for name in candidates()["unaligned"][key]:
+        reason = why_not(name, key, gpu.cc, needs)
+        if reason is not None:
+            notes.append(f"{name} (unaligned): {reason}")
+            continue
+        saved = padded.traffic - placement.for_variant(registry.catalogue()[name]).traffic
+        copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} in {padded.copy_launches} launches to align "
+                  f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {name}'s own "
+                  f"copies, if any), against {_mb(kernel)} for the product")
+        if saved < COPY_SHARE * kernel:
+            notes.append(f"unaligned rule: {copies}: the copies cost less, {chosen.name} stays")
+            return Decision(decision.variant, decision.reason, tuple(notes))
+        notes.append(f"{chosen.name} was the choice: {decision.reason}")
+        return Decision(name, f"unaligned operands: {copies} (the larger of the operands' bytes and 2·M·N·K / "
+                        f"{FLOPS_PER_BYTE[key]} FLOP per byte): the first unaligned entry reads them where "
+                        f"they lie", tuple(notes))
+    notes.append(f"{chosen.name} copies its operands ({_mb(padded.copy_bytes)} in {padded.copy_launches} "
+                 f"launches), but no unaligned entry for {key} runs here")
+    return Decision(decision.variant, decision.reason, tuple(notes))
+
+
+def kernel_cost(key: str, m: int, n: int, k: int, itemsize: int) -> int:
+    """The product in bytes of traffic: its operands' bytes, or its FLOPs at FLOPS_PER_BYTE if more."""
+    return max((m * k + k * n + m * n) * itemsize, 2 * m * n * k // FLOPS_PER_BYTE[key])
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MB"
+
+
 def rows_of(v: Variant) -> int:
     """The small dimension an entry is built for: its ROWS parameter, else its tile's smaller side."""
     return v.params.get("ROWS") or min(v.family.tile(v.params))
@@ -258,11 +329,14 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
                                   f"or --gpu NAME --cc XY on the command line") from None
         device = gpu_of(device if isinstance(device, int) else device.id)
     key = defaults_key(dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype)), precision)
-    decision = choose(device, key, m, n, k)
+    itemsize = 2 if key in ("float16", "bfloat16") else 4
+    fresh_arrays = Placement(fresh((m, k), itemsize), fresh((k, n), itemsize), fresh((m, n), itemsize))
+    decision = choose(device, key, m, n, k, placement=fresh_arrays)
     sms = f"{device.sm_count} SMs" if device.sm_count else f"SM count unknown, {ASSUMED_SM_COUNT} assumed"
     lines = [f"{key} {m}×{n}×{k} on {device.name} (sm_{device.cc}, {sms})",
              f"variant: {decision.variant}", f"why: {decision.reason}"]
     lines += [f"note: {s}" for s in decision.notes]
+    lines.append("note: operands taken as new contiguous arrays; views, offsets and Fortran order can add copies")
     if key == "float32" and precision is None:
         lines.append("note: CUPY_TF32=1 (or precision tf32 / 3xtf32) would choose among tensor-core variants")
     return "\n".join(lines) + "\n"
@@ -271,4 +345,4 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
 __all__ = ["Gpu", "Decision", "PRECISIONS", "defaults_key", "dtype_key", "candidates", "why_not", "first_default",
            "choose", "explain",
            "gpu_of", "describe_gpu", "rows_of", "tiles_of", "padded_area", "deep_k", "table_from_results", "format_table",
-           "SKINNY_MAX", "TABLE_REACH"]
+           "kernel_cost", "SKINNY_MAX", "TABLE_REACH", "COPY_SHARE"]

@@ -1,10 +1,10 @@
 """Checking operands and reducing any call to what a kernel takes.
 
 A kernel computes C = alpha·A·B + beta·C with all three matrices in its family's layout (row- or
-column-major with a leading dimension). This module decides, before anything launches, how to get there:
-which operands can be used in place (zero-copy, also strided views), when swapping A and B gives the
-transposed problem for free (Cᵀ = Bᵀ·Aᵀ turns a column-major problem into a row-major one), and what must
-be copied or zero-padded so that a kernel's alignment assumptions hold.
+column-major with a leading dimension). This module checks a call before anything launches and carries
+out the arrangement that arrange.py decides from the operands' geometry: which operands are used in place
+(zero-copy, also strided views), when A and B swap (Cᵀ = Bᵀ·Aᵀ), and what is copied or zero-padded so
+that a kernel's alignment assumptions hold.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .arrange import Placement, arrange, c_align, fresh, geometry, leading_dim, swap_for_rows  # noqa: F401  (re-exported)
 from .errors import DeviceError, DTypeError, InputError
 from .families.base import OUT_DTYPES  # what a family that converts stores C as
 
@@ -25,24 +26,6 @@ def require_cupy(x, name: str):
         raise DTypeError(f"{name} is {kind}; cupy-gemm works on CuPy arrays on the GPU: "
                          f"convert it with cupy.asarray({name})")
     return x
-
-
-def leading_dim(shape, strides, itemsize, order: str) -> int | None:
-    """The leading dimension (elements) that lets a kernel of `order` ('row' or 'col') use the array as is,
-    or None. A row-major view needs unit stride along columns, a column-major one along rows; a
-    dimension of extent 1 takes any stride."""
-    rows, cols = shape
-    if order == "col":  # the transpose, seen row-major
-        rows, cols = cols, rows
-        strides = strides[::-1]
-    s_outer, s_inner = strides
-    if cols > 1 and s_inner != itemsize:
-        return None
-    if rows == 1:
-        return max(cols, 1)
-    if s_outer <= 0 or s_outer % itemsize or s_outer // itemsize < cols:
-        return None
-    return s_outer // itemsize
 
 
 def span(x) -> tuple[int, int]:
@@ -65,13 +48,15 @@ def overlaps(x, y) -> bool:
 
 @dataclass(frozen=True)
 class Problem:
-    """A checked call: C(M×N) = alpha·A(M×K)·B(K×N) + beta·C."""
+    """A checked call: C(M×N) = alpha·A(M×K)·B(K×N) + beta·C. placement: where its operands lie, for the
+    arrangement's copies (None where unknown: a batch's members)."""
     m: int
     n: int
     k: int
     dtype: np.dtype  # of A and B
     device_id: int
     out_dtype: str | None = None  # C's dtype name where it is not `dtype` (a family that converts stores it)
+    placement: Placement | None = None
 
 
 
@@ -143,7 +128,10 @@ def check(a, b, c, out, beta: float, out_dtype: str | None = None) -> Problem:
             raise DeviceError(f"{name} is on GPU {x.device.id} but a and b are on GPU {a.device.id}")
     want = output_dtype(a.dtype.name, c, out, out_dtype)
     check_addresses(a, b, c, out, beta)
-    return Problem(m, n, k, a.dtype, a.device.id, None if want == a.dtype.name else want)
+    # the kernel writes out, or a fresh array that c (when given) is copied into first
+    written = geometry(out) if out is not None else fresh((m, n), np.dtype(want).itemsize)
+    placement = Placement(geometry(a), geometry(b), written, c is not None and beta != 0)
+    return Problem(m, n, k, a.dtype, a.device.id, None if want == a.dtype.name else want, placement)
 
 
 def check_addresses(a, b, c, out, beta: float) -> None:
@@ -178,34 +166,11 @@ class Operands:
     copy_back: object = None  # (destination, source view) to copy after the kernel, or None
     copied: bool = False  # some operand is a copy: a repeated call must copy again
     swapped: bool = False  # the kernel computes Cᵀ = Bᵀ·Aᵀ: its rows are the caller's columns
+    arrangement: object = None  # the arrange.Arrangement carried out: what was copied, at what cost
 
     @property
     def zero_copy(self) -> bool:
         return not self.copied and self.copy_back is None
-
-
-def c_align(align: int, in_itemsize: int, out_itemsize: int) -> int:
-    """C's alignment in its own elements for a family needing `align` input elements: the same bytes (a
-    16-byte rule stays 16 bytes whether C holds 2- or 4-byte elements)."""
-    return max(1, align * in_itemsize // out_itemsize)
-
-
-def _fits(x, order: str, align: int) -> int | None:
-    ld = leading_dim(x.shape, x.strides, x.itemsize, order)
-    if ld is None or ld % align or x.data.ptr % (align * x.itemsize):
-        return None
-    return ld
-
-
-def swap_for_rows(m: int, n: int, max_rows: int | None, where: str = "") -> bool:
-    """For a kernel serving at most max_rows rows of C (None: any): whether A and B must swap (Cᵀ = Bᵀ·Aᵀ)
-    to put the product's small side in M. Raises InputError when neither side is small enough."""
-    if max_rows is None or m <= max_rows:
-        return False
-    if n <= max_rows:
-        return True
-    raise InputError(f"{where + ' ' if where else ''}serves products with at most {max_rows} rows or "
-                     f"columns; got {m}×{n} (use a general variant, or variant=None)")
 
 
 def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
@@ -219,74 +184,40 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
     says the kernel will not read it (beta = 0), so a temporary C need not start as out's copy."""
     import cupy
 
+    arr = arrange(geometry(a), geometry(b), geometry(out), layout, align, b_layout, max_rows, beta_read)
     orders = (layout, b_layout or layout)
-    aligns = (align, c_align(align, a.itemsize, out.itemsize))
-    if max_rows is not None:
-        swapped = swap_for_rows(a.shape[0], b.shape[1], max_rows)
-        if swapped:
-            a, b, out = b.T, a.T, out.T
-        ops = _oriented(cupy, a, b, out, layout, aligns, orders, False, beta_read)
-        ops.swapped = swapped
-        return ops
-    return _oriented(cupy, a, b, out, layout, aligns, orders, True, beta_read)
-
-
-def _oriented(cupy, a, b, out, layout, aligns, orders, swap: bool, beta_read: bool) -> Operands:
-    """The product as given, or (swap=True) its transpose where only that one is zero-copy. aligns: the
-    family's alignment in A's and B's elements, and the same bytes in C's."""
-
-    align, out_align = aligns
-    other = "col" if layout == "row" else "row"
-    m, k = a.shape
-    n = b.shape[1]
-
-    def aligned(rows, cols):  # row kernels read K and N contiguously, column kernels M and K
-        return k % align == 0 and (cols if layout == "row" else rows) % align == 0
-
-    if aligned(m, n) and _fits(out, layout, out_align) is not None:
-        return _direct(a, b, out, orders, align, None)
-    if swap and aligned(n, m) and _fits(out, other, out_align) is not None:  # Cᵀ = Bᵀ·Aᵀ: same kernel, transposes
-        ops = _direct(b.T, a.T, out.T, orders, align, None)
-        ops.swapped = True
-        return ops
-    if aligned(m, n):  # out is a view no kernel can write: compute into a fresh array, copy back
-        tmp = _output_buffer(cupy, out, (m, n), layout, out_align)
-        if beta_read:
-            tmp[...] = out
-        return _direct(a, b, tmp, orders, align, (out, tmp))
-    # pad with zeros: exact, since padded columns of A meet padded rows of B
-    up = lambda x: -(-x // align) * align
-    mp, kp, np_ = (up(m) if layout == "col" else m), up(k), (up(n) if layout == "row" else n)
-    if (mp, np_) == (m, n) and _fits(out, layout, out_align) is not None:
-        C, copy_back = out, None  # only K is padded: C is written in place (three launches fewer)
-    else:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
-        C = _output_buffer(cupy, out, (mp, np_), layout, out_align)
-        if beta_read:
-            C[:m, :n] = out
-        copy_back = (out, C[:m, :n])
-    ops = _direct(_padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1]), C,
-                  orders, align, copy_back)
-    ops.copied = True  # A and B are this call's padded copies: a repeated call must pad again
-    return ops
-
-
-def _direct(a, b, c, orders, align, copy_back) -> Operands:
-    import cupy
-    a_order, b_order = orders
-    A = a if _fits(a, a_order, align) is not None else _copy(cupy, a, a_order)
-    B = b if _fits(b, b_order, align) is not None else _copy(cupy, b, b_order)
+    out_align = c_align(align, a.itemsize, out.itemsize)
+    if arr.swapped:
+        a, b, out = b.T, a.T, out.T
+    C, copy_back = out, None
+    if arr.padded is None:
+        A = _copy(cupy, a, orders[0]) if arr.copy_a else a
+        B = _copy(cupy, b, orders[1]) if arr.copy_b else b
+        if arr.temp_c:  # out is a view no kernel can write: compute into a fresh array, copy back
+            C = _output_buffer(cupy, out.dtype, out.shape, layout, out_align)
+            if beta_read:
+                C[...] = out
+            copy_back = (out, C)
+    else:  # zero-padded copies (a repeated call must pad again); C too unless only K is padded
+        mp, kp, np_ = arr.padded
+        A, B = _padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1])
+        if arr.temp_c:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
+            C = _output_buffer(cupy, out.dtype, (mp, np_), layout, out_align)
+            if beta_read:
+                C[:out.shape[0], :out.shape[1]] = out
+            copy_back = (out, C[:out.shape[0], :out.shape[1]])
     ld = lambda x, order: leading_dim(x.shape, x.strides, x.itemsize, order)
-    return Operands(A, B, c, c.shape[0], c.shape[1], a.shape[1], ld(A, a_order), ld(B, b_order), ld(c, a_order),
-                    copy_back, copied=A is not a or B is not b)
+    return Operands(A, B, C, C.shape[0], C.shape[1], A.shape[1], ld(A, orders[0]), ld(B, orders[1]), ld(C, layout),
+                    copy_back, copied=A is not a or B is not b, swapped=arr.swapped, arrangement=arr)
 
 
-def _output_buffer(cupy, out, shape, layout, align):
+def _output_buffer(cupy, dtype, shape, layout, align):
     """An uninitialised C of `shape` in `layout`, its leading dimension a multiple of `align` (which the
     contiguous extent alone may not be when C's elements are smaller than the inputs')."""
     rows, cols = shape
     up = -(-(cols if layout == "row" else rows) // align) * align
     full = (rows, up) if layout == "row" else (up, cols)
-    return cupy.empty(full, dtype=out.dtype, order="C" if layout == "row" else "F")[:rows, :cols]
+    return cupy.empty(full, dtype=dtype, order="C" if layout == "row" else "F")[:rows, :cols]
 
 
 def _copy(cupy, x, layout):

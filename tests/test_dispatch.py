@@ -106,6 +106,14 @@ def test_table_names_that_do_not_run_here_fall_through(monkeypatch):
     assert decision.variant != WGMMA and any("does not run on sm_80" in n for n in decision.notes)
 
 
+def test_table_names_too_skinny_for_the_problem_fall_through():
+    """The shipped H100 table answers tf32 17×4096×4096 with its 16×4096×4096 point, a 16-row kernel."""
+    decision = dispatch.choose(H100, "tf32", 17, 4096, 4096)
+    assert registry.lookup(decision.variant).max_rows() is None
+    assert any("serves at most 16 rows or columns, not 17" in n for n in decision.notes)
+    assert registry.lookup(dispatch.choose(H100, "tf32", 16, 4096, 4096).variant).max_rows() == 16
+
+
 def test_bad_tables_are_refused():
     with pytest.raises(CatalogueError, match=r"needs \[gpu\]"):
         selection_tables.parse_table('[[entry]]\ndtype = "float16"\n')

@@ -43,6 +43,8 @@ def test_names_match_flags():
         p = v.params
         assert (p["SPLIT_K"] != 1) == full_name.endswith("_splitk"), full_name
         name = full_name.removesuffix("_splitk")
+        assert p["UNALIGNED"] == name.endswith("_unaligned"), full_name
+        name = name.removesuffix("_unaligned")
         assert p["A_TRANSPOSED"] == ("_bcf" in name), name
         assert p["DBUF"] == ("_dbuf" in name), name
         assert p["ASYNC"] == name.endswith(("_async", "_async_swizzle")), name
@@ -56,7 +58,8 @@ def test_fp32_only_with_alignment_and_arch_from_the_flags():
     assert set(FAMILY.dtypes) == {"float32"} and FAMILY.layout == "row"
     for v in VARIANTS.values():
         assert v.acc == "float32"
-        assert FAMILY.align(v.params, "float32") == 4  # float4 loads along K and N, float4 stores along N
+        # float4 loads along K and N, float4 stores along N; or any alignment, checked group by group
+        assert FAMILY.align(v.params, "float32") == (1 if v.params["UNALIGNED"] else 4)
         assert FAMILY.min_cc(v.params, "float32", "float32") == (80 if v.params["ASYNC"] else 70)
 
 
@@ -97,7 +100,7 @@ def test_template_refuses_what_the_rules_refuse(params, param, words, tmp_path, 
 
 
 def test_flags_are_checked_like_every_parameter():
-    for flag in ("A_TRANSPOSED", "DBUF", "ASYNC", "PAIRS"):
+    for flag in ("A_TRANSPOSED", "DBUF", "ASYNC", "PAIRS", "UNALIGNED"):
         with pytest.raises(ConfigError) as info:
             make_variant(FAMILY, "bad", "float32", dict(BASE, **{flag: 2}))
         assert info.value.param == flag
@@ -121,7 +124,10 @@ def test_the_flags_show_in_the_ptx(name):
     ptx = compile_variant(v, "compute_80").image.decode()
     assert ("cp.async" in ptx) == bool(v.params["ASYNC"])
     assert "st.global.v4" in ptx  # the vectorised epilogue
-    if not v.params["ASYNC"]:
+    if v.params["UNALIGNED"]:  # float4 where a group is aligned and inside, single floats elsewhere
+        assert "st.global.f32" in ptx and ("cp.async.ca.shared.global" in ptx if v.params["ASYNC"] else
+                                           "ld.global.nc.v4.u32" in ptx and "ld.global.nc.u32" in ptx)
+    elif not v.params["ASYNC"]:
         assert "ld.global.nc.v4.f32" in ptx  # float4 loads of A and B
     if v.params["A_TRANSPOSED"]:  # every fragment read is a float4: none is scalar
         assert "ld.shared.v4.f32" in ptx and "ld.shared.f32" not in ptx

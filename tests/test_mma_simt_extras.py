@@ -21,8 +21,8 @@ def _path(v) -> tuple:
     """The template options that pick distinct code (tile sizes only change constants)."""
     p = v.params
     if v.family.name == "mma":
-        return v.dtype, v.acc, p["STAGES"] == 1, p["RBUF"], p["B_X4"], p["SMEM_SWIZZLE"], p["SPLIT_K"] != 1
-    return p["A_TRANSPOSED"], p["DBUF"], p["ASYNC"], p["PAIRS"], p["SPLIT_K"] != 1
+        return v.dtype, v.acc, p["STAGES"] == 1, p["RBUF"], p["B_X4"], p["SMEM_SWIZZLE"], p["SPLIT_K"] != 1, p["UNALIGNED"]
+    return p["A_TRANSPOSED"], p["DBUF"], p["ASYNC"], p["PAIRS"], p["SPLIT_K"] != 1, p["UNALIGNED"]
 
 
 def _representatives() -> list[str]:

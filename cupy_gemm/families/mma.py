@@ -20,6 +20,12 @@ partials follow the previous members' in the workspace. Float16 accumulation doe
 are fp32).
 C may be stored in another dtype than A and B (`convert`): the 16-byte chunks of VEC columns become VEC
 elements of T_OUT.
+UNALIGNED=1 takes operands as they come (align 1: any K and N, leading dimensions and base addresses
+aligned to the element only), so ragged products need no padded copies: each thread reads its chunks
+of a K tile into registers (one 16-byte load where a chunk is aligned and inside the matrix, else
+guarded element loads, zero past the edge) and stores them to the same shared-memory layout once the
+tile in hand is multiplied; C chunks off a 16-byte boundary or across N's end are stored element by
+element. The shared-memory layouts and the ldmatrix/mma path are the aligned kernel's.
 """
 from __future__ import annotations
 
@@ -132,12 +138,15 @@ MMA = Family(
         Param("MIN_BLOCKS", 1, "blocks per SM promised to the compiler (__launch_bounds__), capping registers",
               lo=1, hi=4),
         split_k_param(1),  # 1: the plain kernel, its source unchanged
+        flag("UNALIGNED", "read A and B and write C wherever they lie (align 1): register-staged, guarded "
+             "element loads instead of 16-byte cp.async, element stores where C's chunks are not aligned"),
     ),
     dtypes=_DTYPES,
     threads=threads,
     tile=tile,
     smem_bytes=smem_bytes,
-    align=lambda p, dtype: _vec(dtype),  # 16-byte cp.async along K and 16-byte stores along N
+    # 16-byte cp.async along K and 16-byte stores along N; UNALIGNED checks each chunk instead
+    align=lambda p, dtype: 1 if p["UNALIGNED"] else _vec(dtype),
     rules=(_rules,),
     min_cc=lambda p, dtype, acc: 80,
     renamed=RENAMED_BLOCK_SWIZZLE,

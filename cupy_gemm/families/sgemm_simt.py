@@ -10,6 +10,10 @@ the launcher choose per shape, for the small tiles that serve small and skinny p
 Batched, gemm_kernel runs the body (gemm_member) for each member of blockIdx.z; a member's split-K counters
 and partials follow the previous members' in the workspace. Every store, the last split's included, goes
 through store_c_vec, which applies a fused epilogue when there is one.
+UNALIGNED=1 takes operands as they come (align 1: any K and N, leading dimensions and base addresses
+aligned to the float only), so ragged products need no padded copies: a float4 group is one 16-byte
+access where it is aligned and inside the matrix, else guarded single floats (4-byte cp.async with
+ASYNC), zeros past K and N; C's groups go through store_c_any (element stores where not aligned).
 """
 from __future__ import annotations
 
@@ -84,12 +88,15 @@ SGEMM_SIMT = Family(
         flag("PAIRS", "interleave warp lanes in pairs that share fragment addresses: float4 shared reads "
                       "in two wavefronts instead of four", default=1),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
+        flag("UNALIGNED", "read A and B and write C wherever they lie (align 1): float4 accesses only where "
+             "a group is aligned and inside the matrix, else guarded single floats"),
     ),
     dtypes={"float32": ("float32",)},
     threads=_threads,
     tile=lambda p: (p["BM"], p["BN"]),
     smem_bytes=_smem_bytes,
-    align=lambda p, dtype: 4,  # float4 loads along K (A) and N (B), float4 stores along N (C)
+    # float4 loads along K (A) and N (B), float4 stores along N (C); UNALIGNED checks each group instead
+    align=lambda p, dtype: 1 if p["UNALIGNED"] else 4,
     rules=(_rules,),
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,

@@ -1,0 +1,251 @@
+"""Variants that read unaligned operands in place (UNALIGNED = 1), without a GPU: with the flag off the
+templates render the catalogue's sources byte for byte as before; the new entries' rules, alignment and
+spill-free compiles; operands used in place by align-1 kernels and the padding the others get, with its
+cost; the dispatch rule that takes the unaligned entries, its explanation, and the prepared-call cache
+that keys it by the operands' alignment."""
+import jinja2
+import pytest
+
+from cupy_gemm import api, arrange, cli, dispatch, epilogue, operands, registry
+from cupy_gemm.arrange import Placement, fresh, geometry
+from cupy_gemm.compile import compile_variant
+from cupy_gemm.dispatch import Gpu
+from cupy_gemm.errors import ConfigError
+from cupy_gemm.render import _environment, context, render
+from fake_gpu import gpu  # noqa: F401  (the fixture)
+from unaligned_paths import CATALOGUE, path_variants
+
+FAMILIES = ("mma", "sgemm_simt")
+EXISTING = sorted(n for n, v in registry.catalogue().items()
+                  if v.family.name in FAMILIES and not v.params["UNALIGNED"])
+CUSTOM = epilogue.build("y = x * rowscale[i] + bias[j] + res[i, j] * s", "silu",
+                        operands={"rowscale": "row", "bias": "col", "res": "full", "s": "scalar"})
+H100 = Gpu("NVIDIA H100 80GB HBM3", 90, 132)  # has a dispatch table
+KEYS = ("float16", "bfloat16", "float32", "tf32")
+
+
+# ---- UNALIGNED = 0 adds not a byte -------------------------------------------------------------------------
+
+def without_unaligned(text: str) -> str:
+    """A template as UNALIGNED = 0 reads it: every `{% if UNALIGNED %}` block dropped, its `{% else %}` part
+    kept, an `{% elif X %}` continuing as `{% if X %}`; block tags stand on lines of their own."""
+    out, blocks = [], []  # per open block: "drop" (ours, being dropped), "keep" (ours, its else) or "other"
+    for line in text.splitlines(keepends=True):
+        tag = line.strip()
+        if tag == "{% if UNALIGNED %}":
+            blocks.append("drop")
+            continue
+        if tag.startswith("{% if ") and "{% endif %}" not in tag:
+            blocks.append("other")
+        elif blocks and blocks[-1] == "drop" and tag.startswith("{% elif "):
+            blocks[-1] = "other"
+            line = line.replace("{% elif ", "{% if ", 1)
+        elif blocks and blocks[-1] == "drop" and tag == "{% else %}":
+            blocks[-1] = "keep"
+            continue
+        elif tag == "{% endif %}" and blocks.pop() != "other":
+            continue
+        if "drop" not in blocks:
+            out.append(line)
+    return "".join(out)
+
+
+def _stripped_environment() -> jinja2.Environment:
+    root = registry.data_dir("templates")
+    return _environment().overlay(loader=jinja2.FunctionLoader(
+        lambda name: without_unaligned((root / name).read_text())))
+
+
+def test_the_flag_lives_in_blocks_of_its_own():
+    root = registry.data_dir("templates")
+    for family in FAMILIES:
+        text = (root / registry.family(family).template).read_text()
+        stripped = without_unaligned(text)
+        assert stripped != text and "UNALIGNED" not in stripped and "unaligned" not in stripped.lower()
+
+
+@pytest.mark.parametrize("extras", ["plain", "batched", "epilogue", "batched+epilogue"])
+def test_existing_entries_render_as_without_the_flag(extras):
+    """Every catalogue entry of the two families renders exactly as its template without the UNALIGNED blocks:
+    their sources (and so their compile caches and measurements) are what they were before the flag."""
+    env = _stripped_environment()
+    for name in EXISTING:
+        v = registry.lookup(name)
+        v = v.with_extras(batched="batched" in extras, epilogue=CUSTOM if "epilogue" in extras else None)
+        expected = env.get_template(v.family.template).render(**context(v))
+        assert render(v) == expected, name
+
+
+# ---- the new entries -------------------------------------------------------------------------------------
+
+def test_entries_read_any_alignment():
+    assert len(CATALOGUE) >= 7
+    for name in CATALOGUE:
+        v = registry.lookup(name)
+        assert "_unaligned" in name and v.family.name in FAMILIES
+        assert v.family.align(v.params, v.dtype) == 1
+        aligned = dict(v.params, UNALIGNED=0)
+        assert v.family.align(aligned, v.dtype) == 16 // {"float32": 4}.get(v.dtype, 2)
+    assert {(registry.lookup(n).dtype, registry.lookup(n).acc) for n in CATALOGUE} == {
+        ("float16", "float32"), ("bfloat16", "float32"), ("float32", "tf32"), ("float32", "float32")}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_flag_is_checked_like_every_parameter(family):
+    fam = registry.family(family)
+    dtype = next(iter(fam.dtypes))
+    with pytest.raises(ConfigError) as info:
+        registry.make_variant(fam, "bad", dtype, {"UNALIGNED": 2})
+    assert info.value.param == "UNALIGNED"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", CATALOGUE)
+def test_entries_compile_without_spills(name, arch):
+    res = compile_variant(registry.lookup(name), arch).resources
+    assert res.local == 0 and not res.spill_stores and not res.spill_loads, res
+
+
+@pytest.mark.parametrize("name", sorted(path_variants()))
+def test_every_template_path_compiles_batched_with_an_epilogue(name):
+    v = path_variants()[name]
+    assert compile_variant(v, "sm_80").resources.local == 0
+    compile_variant(v.with_extras(batched=True, epilogue=CUSTOM), "sm_90")
+
+
+# ---- operands: in place for align 1, padded (at a price) otherwise ---------------------------------------
+
+def _ragged(gpu, what):
+    """(a, b, out) of a 129×1000×33 float16 product: fresh, or views off every 16-byte boundary."""
+    if what == "fresh":
+        return gpu.array((129, 33), "float16"), gpu.array((33, 1000), "float16"), gpu.array((129, 1000), "float16")
+    if what == "column slices":  # base pointers one element past a boundary, leading dimensions 34 and 1003
+        return (gpu.array((129, 34), "float16")[:, 1:], gpu.array((33, 1003), "float16")[:, 3:],
+                gpu.array((129, 1001), "float16")[:, 1:])
+    # row slices of odd-length rows: bases an odd number of elements in
+    return gpu.array((130, 33), "float16")[1:], gpu.array((34, 1001), "float16")[1:, :1000], \
+        gpu.array((131, 1000), "float16")[2:, :]
+
+
+@pytest.mark.parametrize("what", ["fresh", "column slices", "row slices"])
+def test_align_1_takes_operands_where_they_lie(gpu, what):
+    a, b, out = _ragged(gpu, what)
+    ops = operands.resolve(a, b, out, "row", 1)
+    assert ops.zero_copy and (ops.A, ops.B, ops.C) == (a, b, out) and not ops.arrangement.copies
+    assert (ops.m, ops.n, ops.k) == (129, 1000, 33)
+    assert (ops.lda, ops.ldb, ops.ldc) == tuple(x.strides[0] // 2 for x in (a, b, out))
+    padded = arrange.arrange(geometry(a), geometry(b), geometry(out), "row", 8)
+    assert padded.padded == (129, 40, 1000) and padded.copies
+
+
+def test_the_price_of_padding():
+    fp16 = lambda *shape: fresh(shape, 2)
+    # K = 33: A and B into zero-padded buffers, one copy and one zero fill each; C written in place
+    arr = arrange.arrange(fp16(129, 33), fp16(33, 1000), fp16(129, 1000), "row", 8)
+    assert (arr.padded, arr.temp_c, arr.copy_launches) == ((129, 40, 1000), False, 4)
+    assert arr.copy_bytes == 2 * (129 * 33 + 129 * 40 + 33 * 1000 + 40 * 1000)
+    # N = 4095 as well: a padded C, copied back (not filled: beta = 0)
+    arr = arrange.arrange(fp16(4095, 33), fp16(33, 4095), fp16(4095, 4095), "row", 8, beta_read=False)
+    assert (arr.padded, arr.temp_c, arr.copy_launches) == ((4095, 40, 4096), True, 6)
+    # an out no kernel can write (every other column): a temporary C, filled from out (beta != 0), copied back
+    every_other = arrange.Geometry((64, 64), (256, 4), 2)
+    arr = arrange.arrange(fp16(64, 64), fp16(64, 64), every_other, "row", 1, beta_read=True)
+    assert arr.temp_c and not arr.padded and arr.copy_launches == 2 and arr.copy_bytes == 4 * every_other.nbytes
+    # Fortran order throughout: the transposed problem is zero-copy (Cᵀ = Bᵀ·Aᵀ), also with K = 33
+    fortran = lambda rows, cols: arrange.Geometry((rows, cols), (2, 2 * rows), 2)
+    arr = arrange.arrange(fortran(64, 33), fortran(33, 64), fortran(64, 64), "row", 1)
+    assert arr.swapped and not arr.copies
+
+
+# ---- dispatch: the unaligned rule ----------------------------------------------------------------------
+
+def _placement(m, n, k, key, a=None):
+    size = 2 if key in ("float16", "bfloat16") else 4
+    return Placement(a or fresh((m, k), size), fresh((k, n), size), fresh((m, n), size))
+
+
+@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize("where", [H100, Gpu("unknown GPU", 90), Gpu("unknown GPU", 80, 108)],
+                         ids=["H100 table", "Hopper", "Ampere"])
+def test_small_ragged_products_take_an_unaligned_entry(key, where):
+    for m, n, k in [(129, 1000, 33), (64, 64, 63), (300, 300, 301), (4095, 4095, 33), (17, 4096, 4095)]:
+        decision = dispatch.choose(where, key, m, n, k, placement=_placement(m, n, k, key))
+        v = registry.lookup(decision.variant)
+        assert v.params["UNALIGNED"] and decision.reason.startswith("unaligned operands"), (m, n, k, decision)
+        assert decision.variant == dispatch.candidates()["unaligned"][key][0]
+        if key == "float32":  # exact fp32 stays on CUDA cores
+            assert v.family.name == "sgemm_simt" and v.acc == "float32"
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_large_or_aligned_products_keep_their_choice(key):
+    hopper = Gpu("unknown GPU", 90)
+    for m, n, k in [(2048, 2048, 2047), (129, 1000, 32), (128, 1024, 64), (4096, 4096, 4096)]:
+        plain = dispatch.choose(hopper, key, m, n, k)
+        decided = dispatch.choose(hopper, key, m, n, k, placement=_placement(m, n, k, key))
+        assert decided.variant == plain.variant and decided.reason == plain.reason, (m, n, k)
+    big = dispatch.choose(hopper, key, 2048, 2048, 2047, placement=_placement(2048, 2048, 2047, key))
+    assert any("the copies cost less" in note for note in big.notes)
+
+
+def test_an_unaligned_view_of_an_aligned_shape_is_unaligned():
+    """K and N are multiples of 8, but A starts one element past a 16-byte boundary (a[:, 1:])."""
+    view = arrange.Geometry((129, 64), (130, 2), 2, 2)
+    decision = dispatch.choose(H100, "float16", 129, 1024, 64, placement=_placement(129, 1024, 64, "float16", view))
+    assert registry.lookup(decision.variant).params["UNALIGNED"]
+    assert "1 launches" in decision.reason  # one copy of A into a contiguous buffer
+
+
+def test_the_costs():
+    assert dispatch.kernel_cost("float16", 129, 1000, 33, 2) == 2 * (129 * 33 + 33 * 1000 + 129 * 1000)
+    assert dispatch.kernel_cost("float16", 2048, 2048, 2047, 2) == 2 * 2048 * 2048 * 2047 // 128
+    assert arrange.Arrangement(copy_bytes=10, copy_launches=2).traffic == 10 + 2 * arrange.COPY_LAUNCH_BYTES
+
+
+def test_explain_tells_the_unaligned_rule(capsys):
+    text = dispatch.explain("float16", 129, 1000, 33, (H100.name, 90))
+    assert "variant: hgemm_mma_" in text and "_unaligned" in text
+    assert "why: unaligned operands:" in text and "in 4 launches" in text and "was the choice: dispatch table" in text
+    assert "operands taken as new contiguous arrays" in text
+    text = dispatch.explain("float16", 2048, 2048, 2047, (H100.name, 90))
+    assert "_unaligned" not in text.splitlines()[1] and "the copies cost less" in text
+    assert cli.main(["explain", "300x300x301", "--dtype", "float32", "--gpu", "Some GPU", "--cc", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "variant: sgemm_t_" in out and "_unaligned" in out and "unaligned operands" in out
+
+
+# ---- the API: decided once per geometry, operands in place -------------------------------------------------
+
+def test_the_default_multiplies_ragged_operands_in_place(gpu):
+    for what in ("fresh", "column slices", "fresh"):
+        a, b, out = _ragged(gpu, what)
+        api.matmul(a, b, out=out)
+        (name,) = gpu.kernels
+        assert registry.lookup(name).params["UNALIGNED"]
+        _, _, args, _ = gpu.last_launch(name)
+        assert [x.data.ptr for x in args[:3]] == [a.data.ptr, b.data.ptr, out.data.ptr]
+        assert [int(x) for x in args[3:9]] == [129, 1000, 33, *(x.strides[0] // 2 for x in (a, b, out))]
+    assert gpu.decisions == 2 and gpu.resolutions == 2  # the third call repeats the first's geometry
+
+
+def test_alignment_decides_between_the_default_and_the_unaligned_entry(gpu):
+    a, b = gpu.array((129, 64), "float16"), gpu.array((64, 1024), "float16")
+    api.matmul(a, b)
+    aligned = set(gpu.kernels)
+    assert not any(registry.lookup(n).params.get("UNALIGNED") for n in aligned)
+    view = gpu.array((129, 65), "float16")[:, 1:]  # the same shape, one element off
+    for _ in range(2):
+        api.matmul(view, b)
+    (name,) = set(gpu.kernels) - aligned
+    assert registry.lookup(name).params["UNALIGNED"] and len(gpu.kernels[name].launches) == 2
+    assert gpu.decisions == 2
+
+
+def test_unaligned_entries_are_in_the_dispatch_tables_candidates():
+    import fnmatch
+    import re
+    from pathlib import Path
+    script = (Path(__file__).resolve().parent.parent / ".ci" / "dispatch-tables").read_text()
+    patterns = re.findall(r"--variant '([^']+)'", script)
+    for name in CATALOGUE:
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), name
