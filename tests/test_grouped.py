@@ -1,12 +1,11 @@
 """grouped_matmul without a GPU: input checks raise typed errors (NumPy stand-ins carry the shapes,
 strides and dtypes the checks read), the device schedule's row ranges and the host's bound on its tiles,
 the variant choice, and every grouped variant, in both B layouts, compiles for sm_90a."""
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from cupy_gemm import api, compile as compile_mod, grouped, grouping, registry
+from cupy_gemm import api, compile as compile_mod, grouped, grouping, operands, registry
 from cupy_gemm.errors import DTypeError, InputError
 from cupy_gemm.families.grouped import MAX_GROUPS
 
@@ -153,7 +152,7 @@ def test_default_and_named_variants():
 
 
 def test_matmul_points_grouped_variants_to_grouped_matmul():
-    problem = SimpleNamespace(dtype=np.dtype("float16"), device_id=0, m=8, n=8, k=8)
+    problem = operands.Problem(8, 8, 8, np.dtype("float16"), 0)
     with pytest.raises(InputError, match="grouped_matmul"):
         api._resolve_variant(NAMES[0], problem)
 

@@ -29,8 +29,10 @@ def test_bad_inputs(ab):
         cupy_gemm.matmul(cupy.asnumpy(a), b)
     with pytest.raises(InputError, match="shape"):
         cupy_gemm.matmul(a, b, out=cupy.empty((33, 18), cupy.float32))
-    with pytest.raises(DTypeError, match="dtype"):
-        cupy_gemm.matmul(a, b, out=cupy.empty((33, 17), cupy.float16))
+    with pytest.raises(DTypeError, match="dtype"):  # float16 and bfloat16 outs convert; float64 is none of them
+        cupy_gemm.matmul(a, b, out=cupy.empty((33, 17), cupy.float64))
+    with pytest.raises(InputError, match="out_dtype"):
+        cupy_gemm.matmul(a, b, out=cupy.empty((33, 17), cupy.float16), out_dtype="float32")
     with pytest.raises(InputError, match="overlaps a"):
         big = rand(33, 40)
         cupy_gemm.matmul(big[:, :20], rand(20, 17), out=big[:, 20:37])
