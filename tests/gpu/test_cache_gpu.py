@@ -126,8 +126,8 @@ def test_second_refusal_is_a_module_load_error(cold, monkeypatch):
     cache.remove(good.key)  # nothing to fall back on: every image comes from the NVRTC below
     real_nvrtc = compile_mod._nvrtc
 
-    def nvrtc_producing_the_wrong_image(variant, arch, options, source, key):
-        return compile_mod.Compiled(variant.name, arch, tuple(options), foreign.image, foreign.log, key)
+    def nvrtc_producing_the_wrong_image(name, what, arch, options, source, key):
+        return compile_mod.Compiled(name, arch, tuple(options), foreign.image, foreign.log, key)
     monkeypatch.setattr(compile_mod, "_nvrtc", nvrtc_producing_the_wrong_image)
     a = verify.random_operand((M, K), cupy.float32, 0)
     b = verify.random_operand((K, N), cupy.float32, 1)

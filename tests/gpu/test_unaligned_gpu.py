@@ -77,7 +77,7 @@ def _check(v, out, a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, relu=False, 
 
 def _untouched(base, out) -> int:
     """NaNs of base outside the view out (a NaN-filled base around an output view)."""
-    return int(cupy.isnan(base).sum()) - out.size
+    return int(cupy.isnan(base).sum() - cupy.isnan(out).sum())
 
 
 @contextlib.contextmanager
