@@ -106,8 +106,11 @@ def test_table_names_that_do_not_run_here_fall_through(monkeypatch):
     assert decision.variant != WGMMA and any("does not run on sm_80" in n for n in decision.notes)
 
 
-def test_table_names_too_skinny_for_the_problem_fall_through():
-    """The shipped H100 table answers tf32 17×4096×4096 with its 16×4096×4096 point, a 16-row kernel."""
+def test_table_names_too_skinny_for_the_problem_fall_through(monkeypatch):
+    """A table whose 16×4096×4096 point is a 16-row kernel answers 17×4096×4096 with the next entry."""
+    text = ('[gpu]\nname = "NVIDIA H100 80GB HBM3"\ncc = 90\n[[entry]]\ndtype = "tf32"\nm = 16\nn = 4096\n'
+            'k = 4096\nvariant = "sgemv_skinny_r16"\n')
+    monkeypatch.setattr(selection_tables, "tables", lambda: (selection_tables.parse_table(text, "h100.toml"),))
     decision = dispatch.choose(H100, "tf32", 17, 4096, 4096)
     assert registry.lookup(decision.variant).max_rows() is None
     assert any("serves at most 16 rows or columns, not 17" in n for n in decision.notes)

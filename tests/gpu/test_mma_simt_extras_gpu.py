@@ -7,12 +7,9 @@ import cupy
 import numpy as np
 import pytest
 
-from cupy_gemm import batching, epilogue, launch, registry, verify
+from cupy_gemm import batching, epilogue, launch, verify
+from forced_variants import align as _align, up as _up, variant as _variant
 
-try:
-    import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
-except ImportError:
-    ml_dtypes = None
 
 # one variant per distinct template path (as tests/test_mma_simt_extras.py compiles them)
 MMA = ["hgemm_mma_m16n8k16_naive", "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages2",
@@ -40,25 +37,6 @@ CUSTOM = epilogue.build("y = x * rowscale[i] + bias[j] + res[i, j] * s",
 def _erf(x):
     import cupyx.scipy.special
     return cupyx.scipy.special.erf(x)
-
-
-def _variant(name, splits=None):
-    v = registry.lookup(name)
-    if v.dtype == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
-        pytest.skip(f"{name} needs a newer GPU")
-    if splits is None:
-        return v
-    return registry.make_variant(v.family, f"{name}_split{splits}", v.dtype, {**v.params, "SPLIT_K": splits}, v.acc)
-
-
-def _align(v) -> int:
-    return v.family.align(v.params, v.dtype)
-
-
-def _up(x: int, to: int) -> int:
-    return -(-x // to) * to
 
 
 def _normal(shape, dtype, seed):

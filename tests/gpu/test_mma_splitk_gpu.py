@@ -16,36 +16,14 @@ import pytest
 
 import cupy_gemm
 from cupy_gemm import batching, epilogue, launch, registry, verify
+from forced_variants import align as _align, up as _up, variant as _variant
 
-try:
-    import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
-except ImportError:
-    ml_dtypes = None
 
 NEW = [n for n, v in registry.catalogue().items() if v.family.name == "mma" and v.params["SPLIT_K"] != 1]
 ROWS = [1, 17, 127, 1000]
 COLS = [1, 17, 127, 1000]
 DEEP = [4096, 11008, 4100]  # 4100: a multiple of 4 (TF32's align) but of no BK · splits
 GELU_SLOPE = 1.13  # |gelu'| at most: the error of x grows by this much through it
-
-
-def _variant(name, splits=None):
-    v = registry.lookup(name)
-    if v.dtype == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
-        pytest.skip(f"{name} needs a newer GPU")
-    if splits is None:
-        return v
-    return registry.make_variant(v.family, f"{name}_split{splits}", v.dtype, {**v.params, "SPLIT_K": splits}, v.acc)
-
-
-def _align(v) -> int:
-    return v.family.align(v.params, v.dtype)
-
-
-def _up(x: int, to: int) -> int:
-    return -(-x // to) * to
 
 
 def _normal(shape, dtype, seed, order="C"):
