@@ -115,7 +115,7 @@ class Family:
                 with_extras(out_dtype=...)): the fp32 results (after alpha·acc + beta·C, the split-K sum and
                 the epilogue) are converted once, in the store, and beta·C reads C as T_OUT. The API then
                 aligns C's leading dimension and base to align(params, dtype) × sizeof(input) bytes, in
-                C's own elements (operands.c_align).
+                C's own elements (arrange.c_align).
     renamed     {old parameter name: its name now}: sweep grids, tuning entries, `--set` and `render(...)`
                 written with an old name still work (`canonical` maps them; giving both names is an error).
     """
