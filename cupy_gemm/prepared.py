@@ -3,12 +3,12 @@
 A call's key holds everything its decisions depend on except the data: the type, shape, strides, dtype
 and device of a, b, c and out (whether c and out were given), each base address modulo 256 (a view's
 offset can break a kernel's vector or TMA alignment), the current device and stream (the split-K
-workspace is per stream), the variant argument, CUPY_TF32, alpha, beta, the epilogue and out_dtype. Two calls with equal keys pass
-the same shape, dtype and device checks of operands.check, get the same variant, the same arrangement of
-the operands (in place, swapped to Cᵀ = Bᵀ·Aᵀ, or copied) and the same grid and scalar arguments. What
-looks at addresses runs on every call: the overlap checks, and the tensor maps of Hopper families, which
-embed the addresses (so their entry keeps an LRU of argument tuples by address, and rotating weights
-still hit). A hit costs the key, a dictionary lookup, the output allocation and the launch.
+workspace is per stream), the variant argument, CUPY_TF32, alpha, beta, the epilogue and out_dtype. Two
+calls with equal keys pass the same shape, dtype and device checks of operands.check, get the same variant,
+the same arrangement of the operands (in place, swapped to Cᵀ = Bᵀ·Aᵀ, or copied) and the same grid and
+scalar arguments. What looks at addresses runs on every call: the overlap checks, and the tensor maps of
+Hopper families, which embed the addresses (so their entry keeps an LRU of argument tuples by address, and
+rotating weights still hit). A hit costs the key, a dictionary lookup, the output allocation and the launch.
 """
 from __future__ import annotations
 
