@@ -122,11 +122,13 @@ def _current_cc(way_out: str) -> int:
         raise DeviceError(f"no CUDA GPU found ({devices.cuda_reason(e)}); {way_out}") from None
 
 
-def _tuned_variant(problem: operands.Problem, acc: str | None = None) -> Variant | None:
-    """The user's tuning database's answer for this problem (variant="auto"), or None."""
+def _tuned_variant(problem: operands.Problem, acc: str | None = None, needs=()) -> Variant | None:
+    """The user's tuning database's answer for this problem (variant="auto"), or None: also when its
+    family lacks one of `needs` (Family flags), so that the default among those that have them serves."""
     import cupy
-    return tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, acc, "row",
-                                 problem.m, problem.n, problem.k)
+    tuned = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, acc, "row",
+                                  problem.m, problem.n, problem.k)
+    return tuned if tuned is None or all(getattr(tuned.family, need) for need in needs) else None
 
 
 def _one_of(variant, precision) -> None:
@@ -145,9 +147,7 @@ def _resolve_variant(variant, problem: operands.Problem, precision: str | None =
     if isinstance(variant, Kernel):
         variant = variant.variant
     if isinstance(variant, str) and variant == AUTO:
-        variant = _tuned_variant(problem, None if precision is None else PRECISIONS[precision])
-        if variant is not None and not all(getattr(variant.family, need) for need in needs):
-            variant = None
+        variant = _tuned_variant(problem, None if precision is None else PRECISIONS[precision], needs)
     if variant is None:
         gpu = dispatch.gpu_of(problem.device_id)
         _check_3xtf32(key, gpu.cc)
@@ -216,10 +216,8 @@ def _given(variant, a, b, c, out, beta, precision=None, out_dtype=None):
     if isinstance(variant, str) and variant == AUTO:
         # the tuning database may change between calls: ask it every time (it memoises), cache the rest
         problem = operands.check(a, b, c, out, beta, out_dtype)
-        tuned = _tuned_variant(problem, None if precision is None else PRECISIONS.get(precision))
-        if tuned is not None and problem.out_dtype and not tuned.family.convert:
-            return None  # the default among the families that convert
-        return tuned
+        return _tuned_variant(problem, None if precision is None else PRECISIONS.get(precision),
+                              ("convert",) if problem.out_dtype else ())
     return variant
 
 

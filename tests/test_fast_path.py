@@ -168,7 +168,7 @@ def test_hit_cost_on_the_host(gpu, monkeypatch):
 def test_auto_asks_the_tuning_database_on_every_call(gpu, monkeypatch):
     """A tuning run between two calls must change what the next call launches."""
     answers = [None, api.get(ROW_KERNEL).variant]
-    monkeypatch.setattr(api, "_tuned_variant", lambda problem, acc=None: answers[0])
+    monkeypatch.setattr(api, "_tuned_variant", lambda problem, acc=None, needs=(): answers[0])
     a, b = gpu.array((64, 32), "float32"), gpu.array((32, 48), "float32")
     api.matmul(a, b, variant="auto")
     default = dispatch.choose(gpu.info, "float32", 64, 48, 32).variant  # what variant=None picks here
