@@ -11,10 +11,9 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
    - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
      deep (the one whose tiles pad C least), else a `small_tile` entry that puts the most blocks on it;
    - otherwise the first `default` entry (big tiles).
-3. then, for a call whose operands are known (their Placement), the unaligned rule: when the variant chosen
-   would copy them for its family's alignment (zero-padded K or N, or a view off its vectors: arrange.py)
-   and the copies an `unaligned` entry saves cost at least as much as the product itself
-   (the copies' traffic >= COPY_SHARE × kernel_cost), the first such entry, which reads them where they lie.
+3. then, for a call whose operands are known (their Placement), the rules of cupy_gemm/placement_rules.py:
+   an `unaligned` entry where the chosen variant's alignment copies cost as much as the product, and the
+   wgmma_tf32 twin of a wgmma_tf32_rowb entry where B is column-major.
 A named variant the catalogue lacks, that does not run on the GPU, or that does not compute in the
 dtype key's precision is skipped at every step, so tables and candidate lists may name kernels that a
 given installation or GPU does not have. This runs once per call geometry (the fast path caches it).
@@ -22,19 +21,15 @@ given installation or GPU does not have. This runs once per call geometry (the f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-from . import config, registry, selection_tables
-from .arrange import COPY_LAUNCH_BYTES, Placement, fresh
-from .errors import CatalogueError, ConfigError, DeviceError, DTypeError
+from . import placement_rules, registry, selection_tables
+from .arrange import Placement, fresh
+from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, why_not  # noqa: F401  (dispatch's API)
+from .errors import ConfigError, DeviceError, DTypeError
+from .placement_rules import COPY_SHARE, FLOPS_PER_BYTE, kernel_cost  # noqa: F401  (dispatch's API)
 from .launch import MIN_K_PER_SPLIT, resident_blocks
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 SKINNY_MAX = 16  # M or N at most this: too few rows to reuse B from shared memory, so B's bytes bound it
 # the big tiles go on unless they would fill less than half the block slots (SMs × resident blocks): on
@@ -43,17 +38,6 @@ SKINNY_MAX = 16  # M or N at most this: too few rows to reuse B from shared memo
 IDLE_FRACTION = 2
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
-DTYPE_KEYS = ("float32", "tf32", "3xtf32", "float16", "bfloat16")
-ROLES = ("default", "skinny", "split_k", "small_tile", "unaligned")
-# The unaligned rule prices the default's copies and the product in bytes of memory traffic. A launch counts
-# COPY_LAUNCH_BYTES (a small copy kernel's launch and tail, about 2 µs, at about 3 TB/s); the product the larger
-# of its operands' bytes and its FLOPs over FLOPS_PER_BYTE, where the default kernels turn compute-bound. The
-# rule fires when the copies cost at least COPY_SHARE of the product: an unaligned entry up to 1 + COPY_SHARE
-# times slower than the default still wins. fp16, new arrays: 129×1000×33 pads A and B in 4 launches (24.2 MB
-# against 0.32 MB: unaligned), 4095×4095×33 copies C back too (101 MB against 32.5 MB: unaligned),
-# 2048×2048×2047 pads 32 MB in 4 launches (56 MB against 128 MB: padded, measured 59.5 µs to cuBLAS's 130).
-FLOPS_PER_BYTE = {"float32": 16, "tf32": 64, "3xtf32": 32, "float16": 128, "bfloat16": 128}
-COPY_SHARE = 1.0
 
 
 @dataclass(frozen=True)
@@ -62,22 +46,6 @@ class Gpu:
     name: str
     cc: int
     sm_count: int | None = None
-
-
-@dataclass(frozen=True)
-class Decision:
-    variant: str
-    reason: str  # one line: the table point, or the heuristic rule, that chose it
-    notes: tuple[str, ...] = ()  # what was passed over on the way, and why
-
-
-def dtype_key(dtype) -> str:
-    """float32 becomes tf32 under CUPY_TF32=1, as cupy.matmul's own switch does."""
-    name = dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype))
-    key = "tf32" if name == "float32" and config.allow_tf32() else name
-    if key not in DTYPE_KEYS or key == "3xtf32":
-        raise DTypeError(f"no kernels for dtype {name}; cupy-gemm multiplies float32, float16 and bfloat16")
-    return key
 
 
 # float32's `precision` argument -> the dispatch key it selects (kernels/dispatch/candidates.toml), which
@@ -99,36 +67,6 @@ def defaults_key(dtype: str, precision: str | None = None) -> str:
     return PRECISIONS[precision]
 
 
-@lru_cache(maxsize=None)
-def candidates() -> dict[str, dict[str, tuple[str, ...]]]:
-    """kernels/dispatch/candidates.toml: {role: {dtype key: names in preference order}}."""
-    path = registry.data_dir("kernels") / "dispatch" / "candidates.toml"
-    data = tomllib.loads(path.read_text())
-    unknown = set(data) - set(ROLES)
-    if unknown:
-        raise CatalogueError(f"{path}: unknown roles {sorted(unknown)}; the heuristic knows {list(ROLES)}")
-    return {role: {key: tuple(data.get(role, {}).get(key, ())) for key in DTYPE_KEYS} for role in ROLES}
-
-
-def why_not(name: str, key: str, cc: int, needs=()) -> str | None:
-    """None if `name` can serve dtype key `key` on compute capability cc, else the reason it cannot.
-    needs: Family flags the call uses ("batched", "epilogue")."""
-    v = registry.catalogue().get(name)
-    if v is None:
-        return "not in the catalogue"
-    lacking = [need for need in needs if not getattr(v.family, need)]
-    if lacking:
-        return f"family {v.family.name} has no {' or '.join(lacking)} support"
-    # tf32 and 3xtf32 may fall back to exact float32 (GPUs without TF32 do, as cupy.matmul), never the
-    # other way round
-    dtype = "float32" if key in ("tf32", "3xtf32") else key
-    if v.dtype != dtype or v.acc == "float16" or (v.acc in ("tf32", "3xtf32") and v.acc != key):
-        return f"computes {v.dtype}/{v.acc}, not {key} with float32 accumulation"
-    if not v.runs_on(cc):
-        return f"does not run on sm_{cc}"
-    return None
-
-
 def first_default(key: str, cc: int) -> str:
     """The dtype key's big-tile default on compute capability cc, whatever the shape."""
     for name in candidates()["default"][key]:
@@ -144,7 +82,8 @@ def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", need
     decision = _table_or_heuristic(gpu, key, m, n, k, layout, needs)
     if placement is None:
         return decision
-    return _unaligned(gpu, key, m, n, k, decision, placement, needs)
+    decision = placement_rules.unaligned(gpu, key, m, n, k, decision, placement, needs)
+    return placement_rules.b_layout(gpu, key, decision, placement, needs)
 
 
 def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str, needs) -> Decision:
@@ -228,45 +167,6 @@ def _too_many_rows(name: str, m: int, n: int) -> str | None:
     if rows is not None and min(m, n) > rows:
         return f"serves at most {rows} rows or columns, not {min(m, n)}"
     return None
-
-
-def _unaligned(gpu: Gpu, key: str, m: int, n: int, k: int, decision: Decision, placement: Placement,
-               needs) -> Decision:
-    """The decision, or the first usable `unaligned` entry where the chosen variant's copies cost more."""
-    chosen = registry.catalogue()[decision.variant]
-    padded = placement.for_variant(chosen)
-    if padded.traffic == placement.for_variant(chosen, align=1).traffic:
-        return decision  # no copy is for the alignment (a layout the family cannot read may still cost one)
-    kernel = kernel_cost(key, m, n, k, placement.a.itemsize)
-    notes = list(decision.notes)
-    for name in candidates()["unaligned"][key]:
-        reason = why_not(name, key, gpu.cc, needs)
-        if reason is not None:
-            notes.append(f"{name} (unaligned): {reason}")
-            continue
-        saved = padded.traffic - placement.for_variant(registry.catalogue()[name]).traffic
-        copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} in {padded.copy_launches} launches to align "
-                  f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {name}'s own "
-                  f"copies, if any), against {_mb(kernel)} for the product")
-        if saved < COPY_SHARE * kernel:
-            notes.append(f"unaligned rule: {copies}: the copies cost less, {chosen.name} stays")
-            return Decision(decision.variant, decision.reason, tuple(notes))
-        notes.append(f"{chosen.name} was the choice: {decision.reason}")
-        return Decision(name, f"unaligned operands: {copies} (the larger of the operands' bytes and 2·M·N·K / "
-                        f"{FLOPS_PER_BYTE[key]} FLOP per byte): the first unaligned entry reads them where "
-                        f"they lie", tuple(notes))
-    notes.append(f"{chosen.name} copies its operands ({_mb(padded.copy_bytes)} in {padded.copy_launches} "
-                 f"launches), but no unaligned entry for {key} runs here")
-    return Decision(decision.variant, decision.reason, tuple(notes))
-
-
-def kernel_cost(key: str, m: int, n: int, k: int, itemsize: int) -> int:
-    """The product in bytes of traffic: its operands' bytes, or its FLOPs at FLOPS_PER_BYTE if more."""
-    return max((m * k + k * n + m * n) * itemsize, 2 * m * n * k // FLOPS_PER_BYTE[key])
-
-
-def _mb(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.2f} MB"
 
 
 def rows_of(v: Variant) -> int:

@@ -10,6 +10,10 @@ Two families share templates/wgmma.cu.j2:
   for 32-bit types, so both operands must be K-major: the family reads B column-major (`b_layout =
   "col"`, ldb = column stride). The API passes a column-major B in place and copies a row-major one
   (cupy.asfortranarray).
+- `wgmma_tf32_rowb`: `wgmma_tf32` reading a row-major B in place. TMA lands B's N-major boxes in a
+  landing buffer per stage, and the producer warpgroup's three idle warps transpose each stage into the
+  K-major layout in shared memory (templates/common/tf32_transpose.cuh) before the consumers read it:
+  no copy of B in global memory, which costs as much as the product when M is small and K deep.
 
 The "tma" ABI: the kernel takes tensor maps (encoded on the host, cupy_gemm/tma.py) for A and B, and for
 C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves the beta != 0 path):
@@ -62,6 +66,11 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers;
     # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival
     return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"] + (16 if p["SPLIT_K"] != 1 else 0)
+
+
+def smem_bytes_rowb(p, dtype: str, acc: str) -> int:
+    # + per stage: the landing buffer of B as TMA brings it, and the converted barrier
+    return smem_bytes(p, dtype, acc) + p["STAGES"] * (p["BK"] * p["BN"] * CUDA_TYPES[dtype][1] + 8)
 
 
 def _consumer_rows(p) -> int:
@@ -205,4 +214,13 @@ WGMMA_TF32 = Family(
     **_COMMON,
 )
 
-FAMILIES = (WGMMA, WGMMA_TF32)
+WGMMA_TF32_ROWB = Family(
+    name="wgmma_tf32_rowb",
+    doc="Hopper TF32 with a row-major B read in place: producer warps transpose each B stage in shared "
+        "memory; as `wgmma_tf32` otherwise",
+    params=_params((32, 64), 32),
+    dtypes={"float32": ("tf32",)},
+    **{**_COMMON, "smem_bytes": smem_bytes_rowb},
+)
+
+FAMILIES = (WGMMA, WGMMA_TF32, WGMMA_TF32_ROWB)

@@ -220,7 +220,8 @@ def test_the_default_reads_small_ragged_products_in_place(dtype, precision):
     m, n, k = 129, 1000, 33
     text = dispatch.explain(dtype, m, n, k, precision=precision)
     chosen = registry.lookup(text.splitlines()[1].removeprefix("variant: "))
-    assert chosen.params.get("UNALIGNED") and "unaligned operands" in text, text
+    # the unaligned rule picks it, or the GPU's dispatch table, which timed the unaligned entries at this shape
+    assert chosen.params.get("UNALIGNED") and ("unaligned operands" in text or "dispatch table" in text), text
     a, b = _normal((m, k), dtype, 19), _normal((k, n), dtype, 20)
     out = _nan((m, n), dtype)
     cupy_gemm.matmul(a, b, out=out, precision=precision)

@@ -1,6 +1,7 @@
 """The Hopper families on a Hopper GPU, beyond the generic variant suite: box edges of the copy engine,
 both epilogues, strided operands the tensor maps take in place, persistent tile walks, tensor maps; for
-TF32, B read in place when column-major and copied when not, and the inputs' tf32 rounding."""
+TF32, B read in place when column-major and copied when not, and the inputs' tf32 rounding; for TF32 with
+a row-major B (wgmma_tf32_rowb), the transpose in shared memory."""
 import cupy
 import pytest
 
@@ -106,7 +107,7 @@ def test_tensor_maps_are_cached_and_checked():
 
 
 # ---- TF32 (family wgmma_tf32): fp32 inputs, B read K-major ---------------------------------------------
-TF32_NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "wgmma_tf32"]
+TF32_NAMES = [n for n, v in registry.catalogue().items() if v.family.name in ("wgmma_tf32", "wgmma_tf32_rowb")]
 TF32_FLAGSHIP = "sgemm_wgmma_m64n256k8_tf32_stages4_ws2"
 # around the 32-element (128-byte) boxes of fp32: K tails of 1 and 31, N narrower than one 32-column C
 # box, a single row, more tiles than SMs
@@ -173,3 +174,50 @@ def test_tf32_inputs_are_rounded_to_nearest_even():
     b = cupy.asfortranarray(cupy.repeat(x[None, :], k, axis=0))
     out = cupy_gemm.matmul(cupy.ones((8, k), dtype=cupy.float32), b, variant=TF32_FLAGSHIP)
     assert cupy.array_equal(out, cupy.repeat(expected[None, :], 8, axis=0)), out[0] / k
+
+
+# ---- TF32 with a row-major B read in place (family wgmma_tf32_rowb) ------------------------------------
+ROWB_NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "wgmma_tf32_rowb"]
+ROWB = "sgemm_wgmma_m64n128k8_tf32_rowb_tile128x128_stages4_ws2"
+
+
+def test_rowb_reads_a_row_major_b_in_place():
+    v = registry.lookup(ROWB)
+    fam = v.family
+    m, n, k = 257, 300, 1000
+    a = verify.random_operand((m, k), "float32", 5)
+    b = verify.random_operand((k, n), "float32", 6)
+    out = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+    ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
+    assert ops.B is b and ops.zero_copy
+    _check(ROWB, m, n, k, a=a, b=b)
+    # a column-major B is copied row-major for it, and the product is the same
+    _check(ROWB, m, n, k, a=a, b=cupy.asfortranarray(b))
+
+
+@pytest.mark.parametrize("name", ROWB_NAMES)
+def test_rowb_equals_the_column_major_kernel_bitwise(name):
+    """The transposed stages hold the very tf32 values the copy engine gives the K-major kernel, and the
+    MMAs run in the same order: the same tile from wgmma_tf32 on Bᵀ's copy gives the same bits."""
+    v = registry.lookup(name)
+    twin = registry.make_variant(registry.family("wgmma_tf32"), name.replace("_rowb", "_kmajor"), "float32",
+                                 dict(v.params), "tf32")
+    m, n, k = 700, 1000, 1531
+    a = verify.random_operand((m, k), "float32", 11)
+    b = verify.random_operand((k, n), "float32", 12)
+    out = cupy_gemm.matmul(a, b, variant=v)
+    ref = cupy_gemm.matmul(a, b, variant=twin)
+    assert cupy.array_equal(out, ref)
+
+
+@pytest.mark.parametrize("name", [n for n in ROWB_NAMES if n.endswith("_splitk")])
+def test_rowb_split_k_is_repeatable(name):
+    m, n, k = 128, 4096, 8192 + 77  # M = 128 with deep K: the shape the split-K entries are for
+    a = verify.random_operand((m, k), "float32", 13)
+    b = verify.random_operand((k, n), "float32", 14)
+    first = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+    cupy_gemm.matmul(a, b, variant=name, out=first)
+    ref, scale = verify.reference(a, b)
+    assert verify.check(first, ref, scale, "float32", "tf32", k).ok
+    for _ in range(3):
+        assert cupy.array_equal(cupy_gemm.matmul(a, b, variant=name), first)

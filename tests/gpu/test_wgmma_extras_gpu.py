@@ -17,10 +17,11 @@ except ImportError:
 HOPPER = cupy.cuda.is_available() and launch.compute_capability(cupy.cuda.Device()) == 90
 pytestmark = pytest.mark.skipif(not HOPPER, reason="needs a compute capability 9.0 GPU (sm_90a)")
 
-NAMES = [n for n, v in registry.catalogue().items() if v.family.name in ("wgmma", "wgmma_tf32")]
+NAMES = [n for n, v in registry.catalogue().items() if v.family.name in ("wgmma", "wgmma_tf32", "wgmma_tf32_rowb")]
 FP16 = "hgemm_wgmma_m64n256k16_stages4_ws2"
 SOME = [FP16, "hgemm_wgmma_m64n256k16_stages4_ws2_regstore", "bgemm_wgmma_m64n256k16_stages4_ws2",
         next(n for n in NAMES if registry.lookup(n).family.name == "wgmma_tf32"),
+        next(n for n in NAMES if registry.lookup(n).family.name == "wgmma_tf32_rowb"),
         "hgemm_wgmma_m64n64k16_tile128x64_stages8_ws2_pingpong", "bgemm_wgmma_m64n192k16_tile64x192_stages6_ws2_pingpong"]
 # one split-K entry per input type (hgemm, bgemm, sgemm)
 SPLITK = list({n.split("_")[0]: n for n in reversed(NAMES) if n.endswith("_splitk")}.values())

@@ -1,0 +1,90 @@
+"""The default's last rules, for a call whose operands are known (their arrange.Placement): they revise the
+table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands lie.
+
+- unaligned: when the variant chosen would copy the operands for its family's alignment (zero-padded K or N,
+  or a view off its vectors) and the copies an `unaligned` entry saves cost at least as much as the product
+  itself (the copies' traffic >= COPY_SHARE × kernel_cost), the first such entry, which reads them in place.
+- b_layout: a wgmma_tf32_rowb entry (tables are measured on row-major operands) would copy a column-major B
+  (x @ W.T with W kept N×K) row-major: the wgmma_tf32 entry of the nearest tile reads it in place instead.
+"""
+from __future__ import annotations
+
+import math
+
+from . import registry
+from .arrange import COPY_LAUNCH_BYTES, Placement
+from .candidates import Decision, candidates, why_not
+
+# The unaligned rule prices the default's copies and the product in bytes of memory traffic. A launch counts
+# COPY_LAUNCH_BYTES (a small copy kernel's launch and tail, about 2 µs, at about 3 TB/s); the product the larger
+# of its operands' bytes and its FLOPs over FLOPS_PER_BYTE, where the default kernels turn compute-bound. The
+# rule fires when the copies cost at least COPY_SHARE of the product: an unaligned entry up to 1 + COPY_SHARE
+# times slower than the default still wins. fp16, new arrays: 129×1000×33 pads A and B in 4 launches (24.2 MB
+# against 0.32 MB: unaligned), 4095×4095×33 copies C back too (101 MB against 32.5 MB: unaligned),
+# 2048×2048×2047 pads 32 MB in 4 launches (56 MB against 128 MB: padded, measured 59.5 µs to cuBLAS's 130).
+FLOPS_PER_BYTE = {"float32": 16, "tf32": 64, "3xtf32": 32, "float16": 128, "bfloat16": 128}
+COPY_SHARE = 1.0
+
+
+def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placement: Placement,
+               needs) -> Decision:
+    """The decision, or the first usable `unaligned` entry where the chosen variant's copies cost more."""
+    chosen = registry.catalogue()[decision.variant]
+    padded = placement.for_variant(chosen)
+    if padded.traffic == placement.for_variant(chosen, align=1).traffic:
+        return decision  # no copy is for the alignment (a layout the family cannot read may still cost one)
+    kernel = kernel_cost(key, m, n, k, placement.a.itemsize)
+    notes = list(decision.notes)
+    for name in candidates()["unaligned"][key]:
+        reason = why_not(name, key, gpu.cc, needs)
+        if reason is not None:
+            notes.append(f"{name} (unaligned): {reason}")
+            continue
+        saved = padded.traffic - placement.for_variant(registry.catalogue()[name]).traffic
+        copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} in {padded.copy_launches} launches to align "
+                  f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {name}'s own "
+                  f"copies, if any), against {_mb(kernel)} for the product")
+        if saved < COPY_SHARE * kernel:
+            notes.append(f"unaligned rule: {copies}: the copies cost less, {chosen.name} stays")
+            return Decision(decision.variant, decision.reason, tuple(notes))
+        notes.append(f"{chosen.name} was the choice: {decision.reason}")
+        return Decision(name, f"unaligned operands: {copies} (the larger of the operands' bytes and 2·M·N·K / "
+                        f"{FLOPS_PER_BYTE[key]} FLOP per byte): the first unaligned entry reads them where "
+                        f"they lie", tuple(notes))
+    notes.append(f"{chosen.name} copies its operands ({_mb(padded.copy_bytes)} in {padded.copy_launches} "
+                 f"launches), but no unaligned entry for {key} runs here")
+    return Decision(decision.variant, decision.reason, tuple(notes))
+
+
+# a family whose entries copy a B of the other layout -> the family that reads that layout in place
+B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32"}
+
+
+def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:
+    """The decision, or its twin family's entry of the nearest tile (split-K alike) where the chosen one
+    would copy B into its layout and the twin reads B where it lies."""
+    chosen = registry.catalogue()[decision.variant]
+    twin_family = B_LAYOUT_TWINS.get(chosen.family.name)
+    if twin_family is None or not placement.for_variant(chosen, align=1).copy_b:
+        return decision
+    bm, bn = chosen.family.tile(chosen.params)
+    splits = chosen.family.takes_split_k_args(chosen.params)
+    twins = [v for name, v in registry.catalogue().items()
+             if v.family.name == twin_family and v.family.takes_split_k_args(v.params) == splits
+             and why_not(name, key, gpu.cc, needs) is None and not placement.for_variant(v, align=1).copy_b]
+    if not twins:
+        return decision
+    distance = lambda v: abs(math.log2(v.family.tile(v.params)[0] / bm)) + abs(math.log2(v.family.tile(v.params)[1] / bn))
+    twin = min(twins, key=lambda v: (distance(v), -v.params["STAGES"]))
+    return Decision(twin.name, f"B-layout rule: {chosen.name} would copy the column-major B row-major; "
+                    f"{twin.name} ({twin_family}, the nearest tile) reads it in place",
+                    decision.notes + (f"{chosen.name} was the choice: {decision.reason}",))
+
+
+def kernel_cost(key: str, m: int, n: int, k: int, itemsize: int) -> int:
+    """The product in bytes of traffic: its operands' bytes, or its FLOPs at FLOPS_PER_BYTE if more."""
+    return max((m * k + k * n + m * n) * itemsize, 2 * m * n * k // FLOPS_PER_BYTE[key])
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MB"
