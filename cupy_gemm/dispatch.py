@@ -9,7 +9,8 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
    - min(M, N) <= SKINNY_MAX: the product is memory-bound; the `skinny` entry with the fewest rows that
      still covers the small dimension (the lists stop where split-K measured faster);
    - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
-     deep (the one whose tiles pad C least), else a `small_tile` entry that puts the most blocks on it;
+     deep (the one whose tiles pad C least), else a `small_tile` entry that puts the most blocks on it
+     (or, for a product that no entry cuts into more tiles, the one that pads C least);
    - otherwise the first `default` entry (big tiles).
 3. then, for a call whose operands are known (their Placement), the rules of cupy_gemm/placement_rules.py:
    an `unaligned` entry where the chosen variant's alignment copies cost as much as the product, and the
@@ -147,6 +148,12 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
             best = filling[0] if filling else max(smaller, key=lambda v: tiles_of(v, m, n))
             return Decision(best.name, f"heuristic: {idle}: a smaller tile ({tiles_of(best, m, n)} tiles)",
                             tuple(notes))
+        # no entry has more tiles (a tiny product): the one whose tile pads C least
+        tighter = [v for v in usable["small_tile"] if padded_area(v, m, n) < padded_area(default, m, n)]
+        if tighter:
+            best = min(tighter, key=lambda v: padded_area(v, m, n))
+            return Decision(best.name, f"heuristic: {idle}, and no entry has more: the tile that pads C least "
+                            f"({padded_area(best, m, n)} elements)", tuple(notes))
         notes.append(f"{idle}, but no {'split-K or ' if deep else ''}smaller-tile entry runs here")
     bm, bn = default.family.tile(default.params)
     return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn})", tuple(notes))

@@ -341,3 +341,14 @@ def test_needs_skip_entries_whose_family_lacks_them(key, mnk, named):
         chosen = registry.lookup(dispatch.choose(g, key, *mnk, needs=needs).variant)
         assert all(getattr(chosen.family, need) for need in needs), (chosen.name, needs)
     assert "has no epilogue support" in (dispatch.why_not("hgemv_skinny_r1", "float16", 90, ("epilogue",)) or "")
+
+
+def test_a_tiny_product_takes_the_tile_that_pads_least():
+    """64³ is one tile for every entry: the smallest tile wastes least (for tf32 also the one that reads a
+    row-major B in place, where the big default copies it)."""
+    hopper = Gpu("unknown GPU", 90)
+    for key, family in (("tf32", "wgmma_tf32_rowb"), ("float16", "wgmma")):
+        decision = dispatch.choose(hopper, key, 64, 64, 64)
+        v = registry.lookup(decision.variant)
+        assert v.family.name == family and v.family.tile(v.params) == (64, 64), decision
+        assert "pads C least" in decision.reason

@@ -90,10 +90,11 @@ def test_out_alpha_beta_variant_and_tf32_miss(gpu, monkeypatch):
     for i, make_call in enumerate(calls, start=2):
         make_call()
         assert gpu.decisions == i
-    # a row-major TF32 default, so that this B needs no copy (copies need a GPU)
+    # a row-major TF32 default, so that this B needs no copy (copies need a GPU), and no small tile for it
     roles = dispatch.candidates()
     tf32 = "sgemm_wmma_m16n16k8_mma4x2_warp2x4_stages3_dsmem"
-    monkeypatch.setattr(dispatch, "candidates", lambda: {**roles, "default": {**roles["default"], "tf32": (tf32,)}})
+    monkeypatch.setattr(dispatch, "candidates", lambda: {**roles, "default": {**roles["default"], "tf32": (tf32,)},
+                                                         "small_tile": {**roles["small_tile"], "tf32": ()}})
     monkeypatch.setenv("CUPY_TF32", "1")
     api.matmul(a, b)
     assert gpu.decisions == len(calls) + 2
