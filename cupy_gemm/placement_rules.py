@@ -74,8 +74,10 @@ def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> 
              and why_not(name, key, gpu.cc, needs) is None and not placement.for_variant(v, align=1).copy_b]
     if not twins:
         return decision
-    distance = lambda v: abs(math.log2(v.family.tile(v.params)[0] / bm)) + abs(math.log2(v.family.tile(v.params)[1] / bn))
-    twin = min(twins, key=lambda v: (distance(v), -v.params["STAGES"]))
+    def distance(v):  # in log2 of the tile's sides; more stages break ties
+        tm, tn = v.family.tile(v.params)
+        return abs(math.log2(tm / bm)) + abs(math.log2(tn / bn)), -v.params["STAGES"]
+    twin = min(twins, key=distance)
     return Decision(twin.name, f"B-layout rule: {chosen.name} would copy the column-major B row-major; "
                     f"{twin.name} ({twin_family}, the nearest tile) reads it in place",
                     decision.notes + (f"{chosen.name} was the choice: {decision.reason}",))

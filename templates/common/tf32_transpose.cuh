@@ -3,9 +3,9 @@
 // caller keeps it: BN/32 boxes of [BK rows of k][32 n], in 128-byte rows whose 16-byte chunk index is
 // XORed with row % 8. The converters rewrite it as the MMAs read it: BK/32 boxes of [BN rows of n][32 k],
 // the same swizzle. A thread moves 4×4 blocks: four 16-byte loads (rows k), a transpose in registers,
-// four 16-byte stores (rows n). In each 32×32 square the 8 threads of a quarter-warp (one
-// 16-byte access phase) take n-chunk c = p and k-chunk q = (p + d) % 8: their load chunks c ^ (4q + i) % 8
-// and store chunks q ^ (4c + j) % 8 are 8 distinct bank groups, so neither side conflicts.
+// four 16-byte stores (rows n). In each 32×32 square the 8 threads p of a quarter-warp (one 16-byte access
+// phase) of round d take n-chunk c = p and k-chunk q = (p + d) % 8: their load chunks c ^ (4q + i) % 8 and
+// store chunks q ^ (4c + j) % 8 are 8 distinct bank groups, so neither side conflicts.
 // A thread takes two blocks per round (THREADS_ apart), all eight loads issued before the first store:
 // three warps must hide the shared-memory latency by themselves.
 template <int BK, int BN, int THREADS_>
