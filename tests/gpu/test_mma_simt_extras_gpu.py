@@ -63,12 +63,7 @@ def _run(v, a, b, out, *, alpha=1.0, beta=0.0, ep=None, values=None, batched=Fal
 
 def _check(v, out, a, b, c=None, *, alpha=1.0, beta=0.0, step=None, values=None, what=""):
     """out against float64: x = alpha·a@b + beta·c, then the epilogue step (a builtin's name, "custom")."""
-    a64, b64 = a.astype(cupy.float64), b.astype(cupy.float64)
-    x = alpha * (a64 @ b64)
-    scale = abs(alpha) * cupy.sqrt((a64 * a64) @ (b64 * b64))
-    if beta != 0:
-        c64 = c.astype(cupy.float64)
-        x, scale = x + beta * c64, scale + abs(beta) * cupy.abs(c64)
+    x, scale = verify.reference(a, b, c, alpha, beta)
     if step is None:
         y = x
     elif step == "custom":

@@ -57,12 +57,7 @@ def _nan(shape, dtype, order="C"):
 
 def _check(v, out, a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, relu=False, what=""):
     """out against float64: alpha·a@b + beta·c (+ bias, then relu), batched over leading dimensions."""
-    a64, b64 = a.astype(cupy.float64), b.astype(cupy.float64)
-    ref = alpha * (a64 @ b64)
-    scale = abs(alpha) * cupy.sqrt((a64 * a64) @ (b64 * b64))
-    if beta != 0:
-        c64 = c.astype(cupy.float64)
-        ref, scale = ref + beta * c64, scale + abs(beta) * cupy.abs(c64)
+    ref, scale = verify.reference(a, b, c, alpha, beta)
     if bias is not None:  # the sum's own fp32 rounding: terms of size |bias| and |ref|
         bias64 = bias.astype(cupy.float64)
         ref = ref + bias64
