@@ -14,7 +14,8 @@ operands are K-major, as torch._scaled_mm's "b must be column-major". SCALING se
 0 one per tensor; 1 per row of A (M floats) and per column of B (N floats); 2 blocks: 1×128 of A stored
 [ceil(K/128)][M] and 128×128 of B stored [ceil(N/128)][ceil(K/128)]. PROMOTE = 1 adds each 128-deep
 K-block's tensor-core sum into separate fp32 registers (the tensor core's own fp8 accumulation keeps
-fewer bits than fp32); block scales are applied there, the others in the epilogue.
+fewer bits than fp32); block scales are applied there (the producer stages each K-block's in shared
+memory, a few K-blocks ahead), the others in the epilogue.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from .wgmma import WARP_SPECIALISED
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128
 C_BOX_ROWS = 64  # the epilogue stores C in boxes of 64 rows by one swizzle row
+SCALE_STAGES = 3  # K-blocks of block scales staged ahead of the consumers
 FORMATS = ("e4m3", "e5m2")  # FORMAT_A / FORMAT_B values
 SCALINGS = ("tensor", "rowcol", "block")  # SCALING values
 # accumulators per consumer thread, leaving room for addresses and scales under the registers a consumer
@@ -37,8 +39,10 @@ MAX_ACC_REGS = {1: 192, 2: 192, 3: 128}
 def smem_bytes(p, dtype: str, acc: str) -> int:
     stage = (p["BM"] + p["BN"]) * K_BLOCK
     staging = p["CONSUMERS"] * 2 * C_BOX_ROWS * SWIZZLE_BYTES  # two C boxes per consumer
+    # block scales (SCALING = 2): a ring of their own, each slot A's BM and B's (up to) 4, and two barriers
+    scales = SCALE_STAGES * ((p["BM"] + 4) * 4 + 16) if p["SCALING"] == 2 else 0
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers
-    return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"]
+    return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"] + scales
 
 
 def _rule_tiles(p, dtype, acc):
