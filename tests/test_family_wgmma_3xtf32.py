@@ -96,6 +96,7 @@ def test_renders_register_sourced_tf32_wgmma_and_the_split(name):
     assert f"{{ %{nacc}, %{nacc + 1}, %{nacc + 2}, %{nacc + 3} }}, %{nacc + 4}, p, 1, 1;" in src
     assert "cvt.rna.tf32.f32" in src and "fence.proxy.async.shared::cta" in src
     assert f"PROMOTE = {v.params['PROMOTE']};" in src
+    assert f"TRUNCATE_B = {v.params['TRUNCATE_B']};" in src
     assert "__launch_bounds__(THREADS, 1)" in src and "{{" not in src and "{%" not in src
 
 

@@ -1,7 +1,8 @@
 """3xTF32 on a Hopper GPU: correct on ragged shapes with both epilogues, the caller's arrays untouched, and
 as accurate as SGEMM — error against a float64 reference at most 1.5× that of `cupy.matmul` fp32 (cuBLAS
 SGEMM) on the same inputs, at K = 256, 4096 and 16384, on normal data and on data whose rows and columns
-span 1e-20…1e20 — and far more accurate than TF32.
+span 1e-20…1e20 — and far more accurate than TF32. (The TRUNCATE_B entries, faster and named only, keep the
+mean within 1.5× and the largest error within 2×.)
 
 The accuracy metric is elementwise: |C - C64| / (|A|·|B|), the error in units of the size of the terms
 summed, evaluated where (|A|·|B|)_ij lies in [1e-26, 1e30]. It is scale-free per row and column, so a row
@@ -158,5 +159,8 @@ def test_accuracy_against_sgemm_and_tf32(name, k, wide):
     print(report)
     assert share > 0.5 if wide else share == 1.0
     assert stats["3xtf32"][0] <= 1.5 * stats["sgemm"][0], report
-    assert stats["3xtf32"][1] <= 1.5 * stats["sgemm"][1], report
+    # TRUNCATE_B entries split B twice as coarsely (kernels/wgmma_3xtf32.toml): the largest element's
+    # error is held to 2× SGEMM's, the mean to the same 1.5×
+    worst = 2.0 if registry.lookup(name).params["TRUNCATE_B"] else 1.5
+    assert stats["3xtf32"][1] <= worst * stats["sgemm"][1], report
     assert stats["3xtf32"][0] <= stats["tf32"][0] / 100, report  # TF32 is ~2^-11: three orders above
