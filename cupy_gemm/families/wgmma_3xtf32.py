@@ -58,7 +58,7 @@ WGMMA_3XTF32 = Family(
         flag("PROMOTE", "each stage's products summed in a zeroed partial tile, then added in fp32 "
              "(round to nearest) instead of accumulated by the tensor cores (round toward zero)", 1),
         flag("TRUNCATE_B", "B's big part is B as loaded, which the tensor cores truncate to tf32: the converters "
-             "write only the small parts (a third less shared-memory traffic, twice the split's error in B)", 0),
+             "write only the small parts (a third less of their shared-memory traffic, twice the split's error in B)", 0),
     ),
     dtypes={"float32": ("3xtf32",)},
     **WARP_SPECIALISED,

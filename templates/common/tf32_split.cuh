@@ -31,10 +31,10 @@ __device__ __forceinline__ void split_tf32_smem16(unsigned src, unsigned small_d
                  :: "r"(small_dst), "r"(small[0]), "r"(small[1]), "r"(small[2]), "r"(small[3]) : "memory");
 }
 
-// The same split with big = x as it stands, which the tensor cores read truncated to tf32 (they ignore the
-// 13 low mantissa bits): small = tf32(x - trunc(x)) goes to `small_dst` and `src` is left as it is, a
-// third less shared-memory traffic. Truncation makes |small| up to one tf32 unit (2^-10 of x), twice the
-// rounded split's, so small·small grows to 2^-21 of the product.
+// The same split with big = x as it stands, which the tensor cores read truncated to tf32 (they ignore
+// the 13 low mantissa bits): small = tf32(x - trunc(x)) goes to `small_dst` and `src` is left as it is
+// (a third less of the converters' traffic). Truncation makes |small| up to one tf32 unit (2^-10 of x),
+// twice the rounded split's, so small·small grows to 2^-21 of the product.
 __device__ __forceinline__ void split_tf32_smem16_truncated(unsigned src, unsigned small_dst) {
     float x[4];
     asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%4];\n"
