@@ -63,9 +63,8 @@ def _rule_promotion(p, dtype, acc):
     if not p["PROMOTE"] and p["INSTR_N"] != p["BN"]:
         yield ConfigError("INSTR_N", p["INSTR_N"], f"equal to BN = {p['BN']} without PROMOTE "
                           "(the accumulators are the wgmma's own)")
-    if p["SCALING"] == 2 and (not p["PROMOTE"] or p["BN"] % K_BLOCK):
-        yield ConfigError("SCALING", p["SCALING"], "block scaling (SCALING = 2) needs PROMOTE = 1 and BN a "
-                          "multiple of 128 (B's scale blocks)")
+    if p["SCALING"] == 2 and not p["PROMOTE"]:
+        yield ConfigError("SCALING", p["SCALING"], "block scaling (SCALING = 2) needs PROMOTE = 1")
     regs = p["BM"] // p["CONSUMERS"] * (p["BN"] + p["PROMOTE"] * p["INSTR_N"]) // 128
     limit = MAX_ACC_REGS[p["CONSUMERS"]]
     if regs > limit:
