@@ -36,6 +36,13 @@ template <int REGS>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(REGS)); }
+// Whether a hand-over fits the registers the launch gave the block: `threads` times ptxas's even share
+// under __launch_bounds__(threads, 1) (65536 / threads, in steps of 8). setmaxnreg.inc waits until
+// the registers are free, so consumers may gain only what the producer gives up: an overdraw hangs.
+__host__ __device__ constexpr bool register_handover_fits(int threads, int consumers, int producer_regs, int consumer_regs) {
+    return consumers == 1 || producer_regs + consumers * consumer_regs <= (consumers + 1) * (65536 / threads / 8 * 8);
+}
+#define HANDOVER_MESSAGE "the register hand-over must fit the registers the launch gave (else setmaxnreg.inc waits forever)"
 
 // k depth of one instruction: 32 bytes of each operand row (16 16-bit elements, 8 tf32)
 constexpr int WGMMA_K = {{ WK }};
