@@ -67,6 +67,7 @@ def test_template_refuses_what_the_rules_refuse(params, words):
 def test_smem_accounts_for_ring_staging_and_alignment():
     stage = (128 + 256) * 128
     assert FP8.smem_bytes(BASE, "bfloat16", "float32") == 4 * stage + 2 * 2 * 64 * 128 + 1024 + 16 * 4
+    assert FP8.smem_bytes(BASE, "float32", "float32") == FP8.smem_bytes(BASE, "bfloat16", "float32")
     # block scales: three slots of A's 128 and B's 4 floats, two barriers each
     block = FP8.smem_bytes({**BASE, "SCALING": 2}, "bfloat16", "float32")
     assert block == FP8.smem_bytes(BASE, "bfloat16", "float32") + 3 * ((128 + 4) * 4 + 16)
@@ -77,7 +78,6 @@ def test_block_scales_take_tiles_that_straddle_scale_blocks():
     # (each 64-column group picks its block at run time; tests/gpu/test_fp8_gpu.py checks the numbers)
     v = make_variant(FP8, "block192", "bfloat16", {**BASE, "BN": 192, "INSTR_N": 192, "SCALING": 2})
     assert v.params["BN"] == 192 and "(tile.col0 % 128 / 64 + g) / 2" in render(v)
-    assert FP8.smem_bytes(BASE, "float32", "float32") == FP8.smem_bytes(BASE, "bfloat16", "float32")
 
 
 @pytest.mark.parametrize("name", NAMES)
