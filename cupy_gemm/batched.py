@@ -118,7 +118,7 @@ def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogu
         where = (a.data.ptr, b.data.ptr, out.data.ptr)
         args = addresses.get(where)
         if args is None:
-            args = addresses[where] = run.rebind(member(a3), member(b3), member(full))
+            args = addresses[where] = run.pack(run.rebind(member(a3), member(b3), member(full)))
             while len(addresses) > prepared.ADDRESSES:
                 addresses.popitem(last=False)
     if epilogue is not None:

@@ -27,7 +27,7 @@ from . import placement_rules, registry, selection_tables
 from .arrange import Placement, fresh
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, why_not  # noqa: F401  (dispatch's API)
 from .errors import ConfigError, DeviceError, DTypeError
-from .launch import MIN_K_PER_SPLIT, resident_blocks
+from .split_policy import MIN_K_PER_SPLIT, resident_blocks
 from .placement_rules import COPY_SHARE, FLOPS_PER_BYTE, kernel_cost  # noqa: F401  (dispatch's API)
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)

@@ -2,33 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property
 
 import numpy as np
 
-from . import toolkit
+from . import driver, toolkit
 from .compile import Compiled, arch_for, compile_source, compile_variant, evict, image_file
 from .errors import ConfigError, InputError, ModuleLoadError
-from .families.base import CUDA_TYPES
 from .registry import Variant
+from .split_policy import MAX_SPLITS, MIN_K_PER_SPLIT, k_splits, resident_blocks  # noqa: F401  (launch.*)
 from .render import KERNEL_NAME
 from .workspace import split_k_counter_bytes, split_k_workspace, workspace  # noqa: F401  (launch.workspace)
 
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Z = 65535  # a larger batch loops over blockIdx.z
-MAX_SPLITS = 32
-MIN_K_PER_SPLIT = 256  # below this a split's partial tile costs more traffic than its K slice saves
-# The split-K cost model (k_splits) estimates a launch's time in ns from what one SM and the memory can
-# do — an H100 at its sustained clock; the choice follows their ratios more than their values:
-SM_BYTES_PER_NS = 100  # operand bytes one SM's loads bring in at most (~64 B a clock)
-DRAM_BYTES_PER_NS_PER_SM = 23  # HBM bandwidth shared over the SMs (~3 TB/s over 132)
-# multiply-adds one SM does per ns, by what a split-K family of that precision runs on: tensor cores for
-# 16-bit inputs and TF32, CUDA cores for fp32
-SM_MACS_PER_NS = {"tf32": 1900, "float32": 250, "float16": 3800, "bfloat16": 3800}
-UNIT_OVERHEAD_K_BLOCKS = 2  # a work unit's pipeline fill and C store, in K blocks
-SPLIT_MARGIN = 0.9  # a split must beat none by this much: L2 misses and the counters' atomics are not modelled
-SM_THREADS, SM_REGISTERS, SM_SMEM = 2048, 65536, 228 * 1024  # per SM on sm_80 … sm_90
-
 # driver errors that blame the image, not the GPU or the context: the image is evicted and compiled afresh
 IMAGE_ERRORS = {
     200: "CUDA_ERROR_INVALID_IMAGE", 209: "CUDA_ERROR_NO_BINARY_FOR_GPU", 218: "CUDA_ERROR_INVALID_PTX",
@@ -46,67 +33,6 @@ class LaunchConfig:
     splits: int = 1  # blocks sharing a C tile along K (split_k families)
     workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
     batch: int = 1  # members of a batched launch (tiles counts every member's)
-
-
-def resident_blocks(variant: Variant, registers: int | None = None) -> int:
-    """Blocks of a variant that one SM runs at once: `persistent` for persistent families, else from
-    threads, shared memory and the registers a thread uses (ptxas's count; 128 assumed when unknown)."""
-    fam, p = variant.family, variant.params
-    if fam.persistent:
-        return fam.persistent
-    threads = fam.threads(p)
-    smem = fam.smem_bytes(p, variant.dtype, variant.acc) + 1024  # the driver reserves 1 KB a block
-    warp_registers = -(-(registers or 128) * 32 // 256) * 256  # allocated per warp, 256 at a time
-    by_registers = SM_REGISTERS // warp_registers // (threads // 32)
-    return max(1, min(SM_THREADS // threads, SM_SMEM // smem, by_registers, 32))
-
-
-def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None,
-             registers: int | None = None) -> int:
-    """How many blocks share one C tile along K: SPLIT_K when set (never more than the K blocks), else
-    the count the cost model says finishes first, each split keeping at least MIN_K_PER_SPLIT of K.
-
-    The model: a work unit (one tile's K slice) takes its K blocks plus a fixed overhead, each as long
-    as the SM needs to load it or to multiply it, whichever is longer, and with splits also writes an
-    fp32 partial tile. An SM runs ceil(units / SMs) units; fewer than the blocks it can hold leaves
-    it partly idle (a block alone gets 1 / resident of it). The whole launch cannot beat HBM bandwidth
-    for A, B and the partials, and the last split of a tile reads every partial back. So small M×N with
-    a long K splits until the SMs are busy, and memory-bound products stop splitting once bandwidth,
-    not SMs, is the limit: the partials' traffic then only costs."""
-    fam, p = variant.family, variant.params
-    if not fam.takes_split_k_args(p):
-        return 1
-    bk = p.get("BK", 1)
-    k_blocks = max(1, -(-k // bk))
-    requested = p.get("SPLIT_K", 0)
-    if requested:
-        return max(1, min(requested, k_blocks))
-    sms = sm_count or 132
-    min_k = fam.split_k_min_k or MIN_K_PER_SPLIT
-    if fam.split_k_fill:  # a memory-bound family: enough blocks to keep HBM busy, no arithmetic to model
-        blocks = sms * fam.split_k_fill
-        return 1 if tiles >= blocks else max(1, min(blocks // tiles, k // min_k, k_blocks, MAX_SPLITS))
-    resident = resident_blocks(variant, registers)
-    most = max(1, min(k // min_k, k_blocks, MAX_SPLITS))
-    bm, bn = fam.tile(p)
-    size = CUDA_TYPES[variant.dtype][1]
-    macs = SM_MACS_PER_NS["tf32" if variant.acc == "tf32" else variant.dtype]
-    k_block_ns = max((bm + bn) * bk * size / SM_BYTES_PER_NS, bm * bn * bk / macs)
-    partial_ns = bm * bn * 4 / SM_BYTES_PER_NS  # one fp32 partial tile written, or read back
-    operand_bytes = (m + n) * k * size + m * n * size
-
-    def cost(splits: int) -> float:
-        unit_ns = (-(-k_blocks // splits) + UNIT_OVERHEAD_K_BLOCKS) * k_block_ns
-        if splits == 1:
-            dram_ns = operand_bytes / (DRAM_BYTES_PER_NS_PER_SM * sms)
-            return max(max(resident, -(-tiles // sms)) * unit_ns, dram_ns)
-        partial_bytes = 2 * splits * tiles * bm * bn * 4
-        dram_ns = (operand_bytes + partial_bytes) / (DRAM_BYTES_PER_NS_PER_SM * sms)
-        per_sm = max(resident, -(-tiles * splits // sms)) * (unit_ns + partial_ns)
-        return max(per_sm, dram_ns) + splits * partial_ns
-
-    best = min(range(1, most + 1), key=lambda s: (cost(s), s))
-    return best if cost(best) <= SPLIT_MARGIN * cost(1) else 1
 
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
@@ -218,7 +144,9 @@ POINTER_SLOTS = 3  # A, B and C lead a "pointers" ABI argument tuple; the rest d
 
 @dataclass(frozen=True)
 class Launch:
-    """A kernel, its launch configuration and its argument tuple: calling it launches on the current stream."""
+    """A kernel, its launch configuration and its argument tuple: calling it launches on the current stream.
+    The tuple ends with the split-K arguments where the family takes them: `splits`, then the workspace,
+    whose slot each launch fills with the current stream's."""
     kernel: object
     config: LaunchConfig
     args: tuple
@@ -226,18 +154,41 @@ class Launch:
     device: object
     geometry: tuple  # (m, n, k, lda, ldb, ldc, alpha, beta) the arguments were made for
     batch: object = None  # the batching.BatchPlan of a batched launch (TMA families' maps address it)
+    pdl: bool = False  # launched with programmatic dependent launch (uses_pdl)
 
     def __call__(self):
         self.launch(self.args)
 
-    def launch(self, args: tuple) -> None:
-        """Launch with these arguments (self.args, or rebind's for other operands)."""
+    def pack(self, args: tuple) -> driver.Packed:
+        """args packed once, for a cache of argument tuples that later launches reuse."""
+        return driver.Packed(args)
+
+    def launch(self, args) -> None:
+        """Launch with these arguments: self.args or rebind's for other operands, or either packed."""
+        packed = args if type(args) is driver.Packed else driver.Packed(args)
+        self._kernel(_stream(), packed.with_pointers(last=self._workspace()))
+
+    def launch_pointers(self, A, B, C) -> None:
+        """The pointer ABI's launch for other operands of the same geometry: only A, B and C change."""
+        self._kernel(_stream(), self._packed.with_pointers((A.data.ptr, B.data.ptr, C.data.ptr), self._workspace()))
+
+    def _workspace(self) -> int | None:
+        """The split-K workspace's address, None without splits. The workspace of the stream current at this
+        launch, not at preparation: a launch reused on another stream must not share counters with a kernel
+        still running on the first."""
         cfg = self.config
-        if cfg.splits > 1:
-            # the workspace of the stream current at this launch, not at preparation: a launch reused on
-            # another stream must not share counters with a kernel still running on the first
-            args = (*args, workspace(self.device, cfg.workspace, split_k_counter_bytes(cfg.tiles), True))
-        self.kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
+        if cfg.splits == 1:
+            return None
+        return workspace(self.device, cfg.workspace, split_k_counter_bytes(cfg.tiles), True).data.ptr
+
+    @cached_property
+    def _kernel(self) -> driver.Kernel:
+        cfg = self.config
+        return driver.Kernel(self.kernel.ptr, cfg.grid, cfg.block, cfg.smem, self.pdl)
+
+    @cached_property
+    def _packed(self) -> driver.Packed:
+        return driver.Packed(self.args)
 
     def rebind(self, A, B, C) -> tuple:
         """The argument tuple for other operands with the same geometry (shapes, leading dimensions and
@@ -248,47 +199,50 @@ class Launch:
         head = launchable(make_args(self.variant, A, B, C, *self.geometry, **_batch_kw(self.batch)))
         return head + self.args[len(head):]  # BatchArgs, EpilogueParams and the split-K tail stay
 
-    def with_epilogue(self, params, args: tuple | None = None) -> tuple:
-        """args (self.args when None) with another EpilogueParams: the epilogue's operands at other
-        addresses."""
-        args = self.args if args is None else args
+    def with_epilogue(self, params, args=None) -> tuple:
+        """args (self.args when None; a tuple or packed) with another EpilogueParams: the epilogue's
+        operands at other addresses."""
+        args = self.args if args is None else args.values if type(args) is driver.Packed else args
         at = self.args_epilogue
         return args[:at] + launchable((params,)) + args[at + 1:]
 
     @property
     def args_epilogue(self) -> int:
         """The index of the EpilogueParams argument."""
-        split_tail = 0
-        if self.variant.family.takes_split_k_args(self.variant.params):
-            split_tail = 2 if self.config.splits == 1 else 1
+        split_tail = 2 if self.variant.family.takes_split_k_args(self.variant.params) else 0
         return len(self.args) - split_tail - 1
 
 
 def launchable(args: tuple) -> tuple:
-    """The arguments in the form CuPy's launcher turns them into, so that a prepared launch kept for later
-    calls holds no arrays and costs no conversions:
-    - a CuPy array becomes its address: a kept argument tuple must not keep the caller's arrays (and so
-      their memory) alive, and calls that reuse it pass arrays at the same addresses;
-    - NumPy scalars and by-value arrays (tensor maps) become CuPy's converted forms, which its launcher
-      passes through instead of converting every launch (about a microsecond apiece).
-    Where this CuPy lacks those forms, addresses become NumPy integers and the rest stays as it is."""
-    import cupy
-    converters = _converters()
-    if converters is None:
-        return tuple(np.uintp(x.data.ptr) if isinstance(x, cupy.ndarray) else x for x in args)
-    scalar, by_value, address = converters
-    return tuple(address(x.data.ptr) if isinstance(x, cupy.ndarray) else scalar(x) if isinstance(x, np.generic)
-                 else by_value(x) if isinstance(x, np.ndarray) else x for x in args)
+    """The arguments in the form the launcher passes on unconverted (driver.c_argument's ctypes values), so
+    that a prepared launch kept for later calls holds no arrays and costs no conversions: a CuPy array
+    becomes its address (a kept tuple must not keep the caller's arrays, and so their memory, alive; calls
+    that reuse it pass arrays at the same addresses), NumPy scalars and by-value arrays (tensor maps) their
+    bytes."""
+    return tuple(driver.c_argument(x) for x in args)
 
 
-@lru_cache(maxsize=1)
-def _converters():
-    try:
-        from cupy._core._scalar import CScalar
-        from cupy.cuda.function import CIntptr, CNumpyArray
-    except ImportError:
-        return None
-    return CScalar, CNumpyArray, CIntptr
+def uses_pdl(variant: Variant, device) -> bool:
+    """Whether the variant's launches may start before the previous kernel on the stream ends
+    (driver.py): its template waits for that kernel in pdl_wait(), and the GPU is sm_90 or later."""
+    return variant.family.pdl and compute_capability(device) >= 90
+
+
+def launch_kernel(kernel, grid, block, smem: int, args: tuple, pdl: bool) -> None:
+    """Launch a loaded kernel (a CuPy Function) once on CuPy's current stream; repeated launches keep a
+    Launch, which packs its arguments and launch configuration once."""
+    driver.Kernel(kernel.ptr, grid, block, smem, pdl)(_stream(), driver.Packed(args).addresses)
+
+
+_cupy = None
+
+
+def _stream() -> int:
+    global _cupy
+    if _cupy is None:
+        import cupy
+        _cupy = cupy
+    return _cupy.cuda.get_current_stream().ptr
 
 
 _sm_counts: dict[int, int] = {}
@@ -331,8 +285,9 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
         args = (*args, *launchable((batch.kernel_args(),)))
     if epilogue_params is not None:
         args = (*args, *launchable((epilogue_params,)))
-    # one split never touches the workspace; more get theirs at each launch
+    # one split never touches the workspace; more get theirs in this slot at each launch
     if variant.family.takes_split_k_args(variant.params):
-        args = (*args, *launchable((np.int32(cfg.splits),) + ((np.uintp(0),) if cfg.splits == 1 else ())))
-    return Launch(kernel, cfg, args, variant, device, (m, n, k, lda, ldb, ldc, alpha, beta), batch)
+        args = (*args, *launchable((np.int32(cfg.splits), np.uintp(0))))
+    return Launch(kernel, cfg, args, variant, device, (m, n, k, lda, ldb, ldc, alpha, beta), batch,
+                  uses_pdl(variant, device))
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import config, launch, operands
 from .errors import InputError
+from .families.base import CUDA_TYPES
 
 CUBLAS = "cublas"
 ENTRIES = 256  # call geometries kept (least recently used dropped)
@@ -69,12 +70,15 @@ class Prepared:
         known, swapped = direct
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
             A, B = (b, a) if swapped else (a, b)
+            if self.epilogue is None:
+                known.launch_pointers(A, B, out)
+                return out
             args = (A, B, out) + known.args[launch.POINTER_SLOTS:]
         else:
             where = (a.data.ptr, b.data.ptr, out.data.ptr)
             args = self.addresses.get(where)
             if args is None:
-                args = known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out)))
+                args = known.pack(known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out))))
                 self._remember(where, args)
         if self.epilogue is not None:
             args = known.with_epilogue(self.epilogue.pack(values, self.m, self.n), args)
@@ -101,7 +105,7 @@ class Prepared:
         if ops.zero_copy:  # the same key always resolves the same way: remember how
             self.direct = (run, ops.swapped)
             if self.by_address:
-                self._remember((a.data.ptr, b.data.ptr, out.data.ptr), run.args)
+                self._remember((a.data.ptr, b.data.ptr, out.data.ptr), run.pack(run.args))
         return out
 
     def _remember(self, where, args):
@@ -211,7 +215,7 @@ def epilogue_only_source(ep, dtype: str) -> str:
     """The fused epilogue alone as a kernel over a dtype matrix (templates/epilogue_only.cu.j2)."""
     from .render import render_file
     return render_file("epilogue_only.cu.j2", VARIANT="epilogue_only", FAMILY="-", DTYPE=dtype, ACC="float32",
-                       LAYOUT="row", T_IN=launch.CUDA_TYPES[dtype][0], T_OUT=launch.CUDA_TYPES[dtype][0],
+                       LAYOUT="row", T_IN=CUDA_TYPES[dtype][0], T_OUT=CUDA_TYPES[dtype][0],
                        T_ACC="float", THREADS=256,
                        EPILOGUE=ep.render())
 

@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import driver
 from .errors import DeviceError, InputError
 
 TENSOR_MAP_BYTES = 128
@@ -32,28 +33,20 @@ _CACHE_ENTRIES = 512
 
 _lock = threading.Lock()
 _cache: OrderedDict = OrderedDict()
-_driver = None
+_encode = None
 
 
 def _encode_function():
-    global _driver
-    if _driver is None:
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as e:
-            raise DeviceError(f"the CUDA driver (libcuda.so.1) could not be loaded ({e}); tensor maps for "
-                              f"Hopper kernels are encoded by the driver") from None
-        fn = lib.cuTensorMapEncodeTiled
+    global _encode
+    if _encode is None:
+        fn = driver.library().cuTensorMapEncodeTiled
         fn.restype = ctypes.c_int
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
                        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64),
                        ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
                        ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        errors = lib.cuGetErrorString
-        errors.restype = ctypes.c_int
-        errors.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        _driver = (fn, errors)
-    return _driver
+        _encode = fn
+    return _encode
 
 
 def _empty_map() -> np.ndarray:
@@ -160,16 +153,14 @@ def tensor_map(ptr: int, dtype: str, *, dims: tuple, strides: tuple, box: tuple,
     if dtype not in _DATA_TYPES:
         raise InputError(f"tensor maps take {sorted(_DATA_TYPES)}, not {dtype}")
     code = _DATA_TYPES[dtype][0]
-    encode, error_string = _encode_function()
+    encode = _encode_function()
     tensor_map = _empty_map()
     result = encode(tensor_map.ctypes.data, code, rank, ctypes.c_void_p(ptr), (ctypes.c_uint64 * rank)(*dims),
                     (ctypes.c_uint64 * max(rank - 1, 1))(*strides), (ctypes.c_uint32 * rank)(*box),
                     (ctypes.c_uint32 * rank)(*(1,) * rank),
                     _INTERLEAVE_NONE, _SWIZZLE_MODES[swizzle], _L2_PROMOTION_256B, _OOB_FILL_ZEROS)
     if result != 0:
-        text = ctypes.c_char_p()
-        error_string(result, ctypes.byref(text))
-        reason = text.value.decode() if text.value else f"error {result}"
+        reason = driver.error_string(result)
         raise DeviceError(f"cuTensorMapEncodeTiled refused a {dtype} tensor of dims {dims} (innermost first, "
                           f"byte strides {strides}, box {box}, swizzle {swizzle} B) at {ptr:#x}: {reason}")
     with _lock:

@@ -47,6 +47,12 @@ class FakeGpu:
         monkeypatch.setattr(dispatch, "gpu_of", lambda device_id: self.info)
         monkeypatch.setattr(tma, "tensor_map_2d", self._tensor_map)
         monkeypatch.setattr(launch, "launchable", lambda args: args)  # keep arguments readable
+        monkeypatch.setattr(launch, "launch_kernel", self._launch)
+        # prepared launches record the arguments as given: A, B and C as arrays, nothing packed
+        monkeypatch.setattr(launch.Launch, "pack", lambda run, args: args)
+        monkeypatch.setattr(launch.Launch, "launch", lambda run, args: self._launch_prepared(run, args))
+        monkeypatch.setattr(launch.Launch, "launch_pointers", lambda run, A, B, C: self._launch_prepared(
+            run, (A, B, C) + run.args[launch.POINTER_SLOTS:]))
         real_resolve, real_decide = operands.resolve, api._resolve_variant
 
         def resolve(*args, **kw):
@@ -67,6 +73,15 @@ class FakeGpu:
         mem = cupy.cuda.UnownedMemory(self.next_address, size, None, device_id=self.device)
         self.next_address += -(-size // 4096) * 4096 + 4096
         return cupy.ndarray(shape, dtype, memptr=cupy.cuda.MemoryPointer(mem, offset), order=order)
+
+    @staticmethod
+    def _launch(kernel, grid, block, smem, args, pdl):
+        kernel(grid, block, args, shared_mem=smem)
+
+    @staticmethod
+    def _launch_prepared(run, args):
+        cfg = run.config
+        run.kernel(cfg.grid, cfg.block, args, shared_mem=cfg.smem)
 
     def _tensor_map(self, ptr, dtype, **kw):
         self.encodings += 1

@@ -183,18 +183,45 @@ def test_auto_asks_the_tuning_database_on_every_call(gpu, monkeypatch):
 
 
 def test_launch_arguments_are_converted_once(gpu):
-    """NumPy scalars, by-value arrays and CuPy arrays reach the launcher already in CuPy's argument form."""
+    """NumPy scalars, by-value arrays and CuPy arrays reach the launcher already as the ctypes values whose
+    bytes the driver copies; anything else is refused by name."""
+    import ctypes
     from cupy_gemm import tma
-    function = pytest.importorskip("cupy.cuda.function")
-    args = LAUNCHABLE((np.int32(3), np.float32(1.5), tma._empty_map(), gpu.array((2, 2), "float32"), "untouched"))
-    assert all(isinstance(x, function.CPointer) for x in args[:4]) and args[4] == "untouched"
+    tensor_map, array = tma._empty_map(), gpu.array((2, 2), "float32")
+    args = LAUNCHABLE((np.int32(-3), np.int64(2**40), np.float32(1.5), np.uintp(7), tensor_map, array))
+    assert [type(x) for x in args[:4]] == [ctypes.c_int32, ctypes.c_int64, ctypes.c_float, ctypes.c_uint64]
+    assert [x.value for x in args[:4]] == [-3, 2**40, 1.5, 7]
+    assert bytes(args[4]) == tensor_map.tobytes() and len(bytes(args[4])) == tma.TENSOR_MAP_BYTES
+    assert args[5].value == array.data.ptr
+    assert LAUNCHABLE(args) == args  # converted values pass through
+    with pytest.raises(TypeError, match="kernel argument"):
+        LAUNCHABLE(("a string",))
+
+
+def test_packed_addresses_keep_their_values_alive(gpu):
+    """The driver reads the values through the address array after the Packed that made it is gone."""
+    import ctypes
+    import gc
+    from cupy_gemm import driver
+    array = gpu.array((2, 2), "float32")
+    addresses = driver.Packed((np.int32(-5), np.float32(2.5), array)).addresses
+    replaced = driver.Packed((array, np.int64(7), np.uintp(0))).with_pointers((11,), last=44)
+    gc.collect()
+    [bytes(64) for _ in range(10000)]  # reuse freed memory
+    read = lambda a, i, c_type: c_type.from_address(a[i]).value
+    assert [read(addresses, 0, ctypes.c_int32), read(addresses, 1, ctypes.c_float)] == [-5, 2.5]
+    assert read(addresses, 2, ctypes.c_void_p) == array.data.ptr
+    assert [read(replaced, 0, ctypes.c_void_p), read(replaced, 1, ctypes.c_int64), read(replaced, 2, ctypes.c_void_p)] \
+        == [11, 7, 44]
 
 
 @pytest.mark.parametrize("variant", [ROW_KERNEL, TMA_KERNEL])
 def test_kept_launches_hold_no_arrays(gpu, monkeypatch, variant):
     """A prepared launch outlives its call: holding the call's arrays would keep their memory (and, with
     a pool that then hands out new addresses, defeat the cache of tensor-map arguments)."""
+    from cupy_gemm import tma
     monkeypatch.setattr(launch, "launchable", LAUNCHABLE)
+    monkeypatch.setattr(tma, "tensor_map_2d", lambda *args, **kw: tma._empty_map())  # a real map's type
     dtype = "float32" if variant == ROW_KERNEL else "float16"
     for _ in range(2):
         api.matmul(gpu.array((128, 64), dtype), gpu.array((64, 256), dtype), variant=variant)

@@ -26,6 +26,29 @@ def test_every_variant_renders_self_contained(name):
             assert "<" in line, f"{name}: non-toolkit include left in the rendered source: {line}"
 
 
+@pytest.mark.parametrize("name", [n for n, v in CATALOGUE.items() if v.family.pdl])
+def test_programmatic_launches_wait_in_the_kernel(name):
+    """A family launched with programmatic dependent launch (Family.pdl) may start while the previous
+    kernel still runs: every kernel it renders, batched too, must call pdl_wait() in its body."""
+    v = CATALOGUE[name]
+    for variant in (v, v.with_extras(batched=True)) if v.family.batched else (v,):
+        source = render(variant)
+        # the body that runs the product: a batched template's per-member function, else the kernel
+        body = source.find("void gemm_member(")
+        body = body if body >= 0 else source.index("gemm_kernel(", source.index("__global__"))
+        assert source.find("pdl_wait();", body) > body, f"{variant.name}: no pdl_wait() in the kernel"
+
+
+def test_only_hopper_gpus_launch_programmatically():
+    from types import SimpleNamespace
+    from cupy_gemm import launch
+    wgmma, naive = CATALOGUE["hgemm_wgmma_m64n256k16_stages3_ws2"], CATALOGUE["sgemm_naive_f32"]
+    hopper, ampere = SimpleNamespace(compute_capability="90"), SimpleNamespace(compute_capability="80")
+    skinny = CATALOGUE["sgemv_skinny_r1"]
+    assert launch.uses_pdl(wgmma, hopper) and launch.uses_pdl(skinny, hopper)
+    assert not launch.uses_pdl(skinny, ampere) and not launch.uses_pdl(naive, hopper)
+
+
 @pytest.mark.parametrize("name", list(CATALOGUE))
 def test_launch_config_is_consistent(name):
     v = CATALOGUE[name]

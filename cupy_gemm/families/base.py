@@ -95,8 +95,8 @@ class Family:
                 steps: the family's entries from before split-K keep their source, ABI and compiled images
                 (`takes_split_k_args` says which variants take them).
     split_k_fill   for a memory-bound family: blocks per SM the automatic split (SPLIT_K = 0) aims for,
-                to keep enough loads in flight (None: launch.k_splits' cost model decides).
-    split_k_min_k  the least K a split should sum (None: launch.MIN_K_PER_SPLIT); a kernel whose partial
+                to keep enough loads in flight (None: split_policy.k_splits' cost model decides).
+    split_k_min_k  the least K a split should sum (None: split_policy.MIN_K_PER_SPLIT); a kernel whose partial
                 tile is small next to its slice of the operands may split finer.
     max_rows    params -> the most rows of C the kernel serves (None: any M). The API puts the smaller
                 side of the product in M (swapping A and B: Cᵀ = Bᵀ·Aᵀ) and refuses a problem whose
@@ -116,6 +116,9 @@ class Family:
                 the epilogue) are converted once, in the store, and beta·C reads C as T_OUT. The API then
                 aligns C's leading dimension and base to align(params, dtype) × sizeof(input) bytes, in
                 C's own elements (arrange.c_align).
+    pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
+                memory, so the launcher may start it while the previous kernel on the stream still runs
+                (programmatic dependent launch, sm_90 and later: launch.launch_kernel).
     renamed     {old parameter name: its name now}: sweep grids, tuning entries, `--set` and `render(...)`
                 written with an old name still work (`canonical` maps them; giving both names is an error).
     """
@@ -146,6 +149,7 @@ class Family:
     batched: bool = False
     epilogue: bool = False
     convert: bool = False
+    pdl: bool = False
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

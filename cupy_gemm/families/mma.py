@@ -155,6 +155,7 @@ MMA = Family(
     batched=True,
     epilogue=True,
     convert=True,
+    pdl=True,
 )
 
 FAMILIES = (MMA,)

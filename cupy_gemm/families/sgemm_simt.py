@@ -104,6 +104,7 @@ SGEMM_SIMT = Family(
     batched=True,
     epilogue=True,
     convert=True,
+    pdl=True,
     renamed={**RENAMED_BLOCK_SWIZZLE, "MINB": "MIN_BLOCKS", "BCF": "A_TRANSPOSED"},
 )
 

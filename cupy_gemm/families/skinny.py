@@ -91,6 +91,7 @@ def _family(name: str, doc: str, params, rules, b_layout) -> Family:
         split_k=True,
         split_k_fill=4,
         split_k_min_k=128,
+        pdl=True,
         max_rows=lambda p: p["ROWS"],
         min_cc=lambda p, dtype, acc: 80 if p["MMA"] else 70,
     )

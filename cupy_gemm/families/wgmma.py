@@ -180,6 +180,7 @@ WARP_SPECIALISED = dict(
     min_cc=lambda p, dtype, acc: 90,
     needs_sm90a=True,
     persistent=1,
+    pdl=True,
 )
 
 _COMMON = dict(

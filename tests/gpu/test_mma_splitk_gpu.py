@@ -118,7 +118,7 @@ def test_more_splits_than_k_tiles(name):
     bm, bn = v.family.tile(v.params)
     wide = dataclasses.replace(run.config, grid=(run.config.grid[0], 9, 1), splits=9,
                                workspace=launch.split_k_workspace(run.config.tiles, 9, bm * bn))
-    args = run.args[:-1] + launch.launchable((np.int32(9),))  # `splits`; the workspace follows at launch
+    args = run.args[:-2] + launch.launchable((np.int32(9), np.uintp(0)))  # `splits`; the workspace's slot
     launch.Launch(run.kernel, wide, args, run.variant, run.device, run.geometry).launch(args)
     _check(v, out, a, b, what="9 splits for 2 K tiles")
     for splits in (64, 3):  # more than the K tiles: the launcher clamps
