@@ -37,6 +37,7 @@ SKINNY_MAX = 16  # M or N at most this: too few rows to reuse B from shared memo
 # the H100 one wave of 128×256 wgmma tiles on 96 or 112 of 132 SMs (512×6144×4096, 128×28672×8192) beat
 # every split-K and smaller-tile entry by 1.5×, while CUDA-core tiles, 4 to an SM, still gain from splits
 IDLE_FRACTION = 2
+WAVE_TIE = 0.05  # the big-tile rule's margin: a larger tile is worth up to this much emptier waves
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
 
@@ -155,8 +156,18 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
             return Decision(best.name, f"heuristic: {idle}, and no entry has more: the tile that pads C least "
                             f"({padded_area(best, m, n)} elements)", tuple(notes))
         notes.append(f"{idle}, but no {'split-K or ' if deep else ''}smaller-tile entry runs here")
+    if default.family.persistent:
+        # a persistent family may list several tiles: the largest whose waves are within WAVE_TIE of the
+        # fullest. 3xTF32 on an H100: 128×192 at 8192³ (99% of its waves full) ran 2.00× SGEMM where
+        # 128×128 ran 1.52–1.81×; at 4096³ (128×192: 89%, 128×128: 97%) 128×128 ran 1.91×, 128×192 1.77×.
+        family = [v for v in usable["default"] if v.family is default.family]
+        fullest = max(wave_fill(v, m, n, sm_count) for v in family)
+        area = lambda v: v.family.tile(v.params)[0] * v.family.tile(v.params)[1]  # noqa: E731
+        default = max((v for v in family if wave_fill(v, m, n, sm_count) >= fullest - WAVE_TIE), key=area)
+    tiles = tiles_of(default, m, n)
     bm, bn = default.family.tile(default.params)
-    return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn})", tuple(notes))
+    return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn}, "
+                    f"{wave_fill(default, m, n, sm_count):.0%} of their waves full)", tuple(notes))
 
 
 def _why_no_split(v: Variant) -> str | None:
@@ -184,6 +195,12 @@ def rows_of(v: Variant) -> int:
 def tiles_of(v: Variant, m: int, n: int) -> int:
     bm, bn = v.family.tile(v.params)
     return -(-m // bm) * -(-n // bn)
+
+
+def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
+    """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs."""
+    tiles = tiles_of(v, m, n)
+    return tiles / (-(-tiles // sm_count) * sm_count)
 
 
 def padded_area(v: Variant, m: int, n: int) -> int:

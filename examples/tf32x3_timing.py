@@ -20,7 +20,7 @@ import sys
 import cupy
 
 import cupy_gemm
-from cupy_gemm import api, registry
+from cupy_gemm import registry
 from cupy_gemm.measure import baselines, timing
 
 TF32 = "sgemm_wgmma_m64n256k8_tf32_stages4_ws2"
@@ -73,7 +73,9 @@ def contenders(n):
     for name, v in registry.catalogue().items():
         if v.family.name == "wgmma_3xtf32":
             calls[f"{name}, kernel"] = cupy_gemm.plan(a, b_col, variant=name, out=out)
-    calls[f"{api.DEFAULTS['3xtf32'][0]}, row-major B"] = cupy_gemm.plan(a, b, precision="3xtf32", out=out)
+    # the default path picks its tile per shape (dispatch.wave_fill); a row-major B is copied K-major first
+    calls["precision='3xtf32', column-major B"] = cupy_gemm.plan(a, b_col, precision="3xtf32", out=out)
+    calls["precision='3xtf32', row-major B"] = cupy_gemm.plan(a, b, precision="3xtf32", out=out)
     return calls
 
 

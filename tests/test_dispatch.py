@@ -352,3 +352,15 @@ def test_a_tiny_product_takes_the_tile_that_pads_least():
         v = registry.lookup(decision.variant)
         assert v.family.name == family and v.family.tile(v.params) == (64, 64), decision
         assert "pads C least" in decision.reason
+
+
+def test_a_persistent_family_takes_its_larger_tile_where_the_waves_stay_full():
+    """3xTF32 lists 128×128 and 128×192 tiles: 8192² fills 99% of 128×192's waves (take it), 4096² only
+    89% against 128×128's 97% (keep the smaller)."""
+    big = "sgemm_wgmma_3xtf32_m64n192k8_tile128x192_stages3_ws2"
+    small = "sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2"
+    assert dispatch.choose(H100, "3xtf32", 8192, 8192, 8192).variant == big
+    assert dispatch.choose(H100, "3xtf32", 4096, 4096, 4096).variant == small
+    v = registry.catalogue()[big]
+    assert dispatch.wave_fill(v, 8192, 8192, 132) == 64 * 43 / (21 * 132)
+    assert dispatch.wave_fill(v, 4096, 4096, 132) == 32 * 22 / (6 * 132)
