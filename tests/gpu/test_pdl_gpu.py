@@ -112,3 +112,29 @@ def test_kernels_of_other_libraries_between_products():
     for x, y, z in outs:
         _check(v, x, a, b)
         _check(v, z, y * np.float16(0.5), w)
+
+
+@pytest.mark.parametrize("name", ["hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk", "sgemv_skinny_r8"])
+def test_programmatic_launches_replay_in_a_cuda_graph(name):
+    """A CUDA graph captured from a CuPy stream keeps the launches' order: products that read each other's
+    outputs replay correctly, twice."""
+    v, m = _setup(name)
+    a, b, e = verify.random_operand((m, 1000), v.dtype, 30), _b(v, (1000, 520), 31), _b(v, (520, 304), 32)
+    first, second = _nan((m, 520), v.dtype), _nan((m, 304), v.dtype)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        cupy_gemm.matmul(a, b, out=first, variant=v)  # prepared (compiled, workspace sized) before capture
+        cupy_gemm.matmul(first, e, out=second, variant=v)
+        stream.synchronize()
+        stream.begin_capture()
+        for _ in range(3):
+            cupy_gemm.matmul(a, b, out=first, variant=v)
+            cupy_gemm.matmul(first, e, out=second, variant=v)
+        graph = stream.end_capture()
+        for _ in range(2):
+            first.fill(cupy.nan)
+            second.fill(cupy.nan)
+            graph.launch()
+            stream.synchronize()
+            _check(v, first, a, b)
+            _check(v, second, first, e)
