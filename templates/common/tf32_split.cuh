@@ -16,32 +16,26 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& sma
     small = round_tf32(x - __uint_as_float(big));
 }
 
-// Splits 16 bytes of fp32 in shared memory at `src`: the big parts go back to `src`, the small parts to
-// `small_dst` (same offset in the small buffer, so both keep the layout, swizzle included, TMA wrote).
+// Splits 16 bytes of fp32 in shared memory at `src`: the small parts go to `small_dst` (same offset in
+// the small buffer, so both keep the layout, swizzle included, TMA wrote), the big parts back to `src`.
+// TRUNCATED: big = x as it stands, which the tensor cores read truncated to tf32 (they ignore the 13 low
+// mantissa bits), so small = tf32(x - trunc(x)) and `src` is left as it is (a third less of the
+// converters' traffic). Truncation makes |small| up to one tf32 unit (2^-10 of x), twice the rounded
+// split's, so small·small grows to 2^-21 of the product.
+template <bool TRUNCATED>
 __device__ __forceinline__ void split_tf32_smem16(unsigned src, unsigned small_dst) {
     float x[4];
     asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%4];\n"
                  : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(src) : "memory");
     unsigned big[4], small[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) split_tf32(x[i], big[i], small[i]);
-    asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
-                 :: "r"(src), "r"(big[0]), "r"(big[1]), "r"(big[2]), "r"(big[3]) : "memory");
-    asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
-                 :: "r"(small_dst), "r"(small[0]), "r"(small[1]), "r"(small[2]), "r"(small[3]) : "memory");
-}
-
-// The same split with big = x as it stands, which the tensor cores read truncated to tf32 (they ignore
-// the 13 low mantissa bits): small = tf32(x - trunc(x)) goes to `small_dst` and `src` is left as it is
-// (a third less of the converters' traffic). Truncation makes |small| up to one tf32 unit (2^-10 of x),
-// twice the rounded split's, so small·small grows to 2^-21 of the product.
-__device__ __forceinline__ void split_tf32_smem16_truncated(unsigned src, unsigned small_dst) {
-    float x[4];
-    asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%4];\n"
-                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(src) : "memory");
-    unsigned small[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) small[i] = round_tf32(x[i] - __uint_as_float(__float_as_uint(x[i]) & 0xffffe000u));
+    for (int i = 0; i < 4; ++i) {
+        if constexpr (TRUNCATED) small[i] = round_tf32(x[i] - __uint_as_float(__float_as_uint(x[i]) & 0xffffe000u));
+        else split_tf32(x[i], big[i], small[i]);
+    }
+    if constexpr (!TRUNCATED)
+        asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
+                     :: "r"(src), "r"(big[0]), "r"(big[1]), "r"(big[2]), "r"(big[3]) : "memory");
     asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
                  :: "r"(small_dst), "r"(small[0]), "r"(small[1]), "r"(small[2]), "r"(small[3]) : "memory");
 }
