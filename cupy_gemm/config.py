@@ -58,3 +58,9 @@ def default_archs() -> list[str]:
 def allow_tf32() -> bool:
     """CUPY_TF32=1 (CuPy's own switch): float32 defaults may use TF32 tensor cores, as cupy.matmul does."""
     return os.environ.get("CUPY_TF32", "0") == "1"
+
+
+def programmatic_launch() -> bool:
+    """CUPY_GEMM_PDL=0: no programmatic dependent launch (cupy_gemm/driver.py); every kernel then starts after
+    the one before it on the stream has ended. Read when a call is first prepared."""
+    return os.environ.get("CUPY_GEMM_PDL", "1") != "0"

@@ -6,7 +6,7 @@ from functools import cached_property
 
 import numpy as np
 
-from . import driver, toolkit
+from . import config, driver, toolkit
 from .compile import Compiled, arch_for, compile_source, compile_variant, evict, image_file
 from .errors import ConfigError, InputError, ModuleLoadError
 from .registry import Variant
@@ -224,8 +224,9 @@ def launchable(args: tuple) -> tuple:
 
 def uses_pdl(variant: Variant, device) -> bool:
     """Whether the variant's launches may start before the previous kernel on the stream ends
-    (driver.py): its template waits for that kernel in pdl_wait(), and the GPU is sm_90 or later."""
-    return variant.family.pdl and compute_capability(device) >= 90
+    (driver.py): its template waits for that kernel in pdl_wait(), the GPU is sm_90 or later and
+    CUPY_GEMM_PDL is not 0."""
+    return variant.family.pdl and compute_capability(device) >= 90 and config.programmatic_launch()
 
 
 def launch_kernel(kernel, grid, block, smem: int, args: tuple, pdl: bool) -> None:

@@ -49,6 +49,14 @@ def test_only_hopper_gpus_launch_programmatically():
     assert not launch.uses_pdl(skinny, ampere) and not launch.uses_pdl(naive, hopper)
 
 
+def test_programmatic_launch_can_be_turned_off(monkeypatch):
+    from types import SimpleNamespace
+    from cupy_gemm import launch
+    monkeypatch.setenv("CUPY_GEMM_PDL", "0")
+    hopper = SimpleNamespace(compute_capability="90")
+    assert not launch.uses_pdl(CATALOGUE["hgemm_wgmma_m64n256k16_stages3_ws2"], hopper)
+
+
 @pytest.mark.parametrize("name", list(CATALOGUE))
 def test_launch_config_is_consistent(name):
     v = CATALOGUE[name]

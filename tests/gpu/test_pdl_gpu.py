@@ -114,27 +114,48 @@ def test_kernels_of_other_libraries_between_products():
         _check(v, z, y * np.float16(0.5), w)
 
 
+def _chain_on_a_new_stream(v, m, seed, graph_rounds=2, stream_rounds=2):
+    """On a new non-blocking stream: two products where the second reads the first's output, three times
+    over, replayed from a captured CUDA graph and launched directly, outputs NaN-poisoned before each round
+    and checked after it."""
+    a, b, e = verify.random_operand((m, 1000), v.dtype, seed), _b(v, (1000, 520), seed + 1), _b(v, (520, 304), seed + 2)
+    first, second = _nan((m, 520), v.dtype), _nan((m, 304), v.dtype)
+    cupy.cuda.Device().synchronize()  # the operands were made on the legacy stream, which a non-blocking one ignores
+    stream = cupy.cuda.Stream(non_blocking=True)
+
+    def products():
+        for _ in range(3):
+            cupy_gemm.matmul(a, b, out=first, variant=v)
+            cupy_gemm.matmul(first, e, out=second, variant=v)
+
+    with stream:
+        products()  # prepared (compiled, workspace sized) before capture
+        stream.synchronize()
+        stream.begin_capture()
+        products()
+        graph = stream.end_capture()
+        for run in [graph.launch] * graph_rounds + [products] * stream_rounds:
+            first.fill(cupy.nan)
+            second.fill(cupy.nan)
+            run()
+            stream.synchronize()
+            _check(v, first, a, b)
+            _check(v, second, first, e)
+
+
 @pytest.mark.parametrize("name", ["hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk", "sgemv_skinny_r8"])
 def test_programmatic_launches_replay_in_a_cuda_graph(name):
     """A CUDA graph captured from a CuPy stream keeps the launches' order: products that read each other's
     outputs replay correctly, twice."""
     v, m = _setup(name)
-    a, b, e = verify.random_operand((m, 1000), v.dtype, 30), _b(v, (1000, 520), 31), _b(v, (520, 304), 32)
-    first, second = _nan((m, 520), v.dtype), _nan((m, 304), v.dtype)
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        cupy_gemm.matmul(a, b, out=first, variant=v)  # prepared (compiled, workspace sized) before capture
-        cupy_gemm.matmul(first, e, out=second, variant=v)
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(3):
-            cupy_gemm.matmul(a, b, out=first, variant=v)
-            cupy_gemm.matmul(first, e, out=second, variant=v)
-        graph = stream.end_capture()
-        for _ in range(2):
-            first.fill(cupy.nan)
-            second.fill(cupy.nan)
-            graph.launch()
-            stream.synchronize()
-            _check(v, first, a, b)
-            _check(v, second, first, e)
+    _chain_on_a_new_stream(v, m, 30)
+
+
+@pytest.mark.parametrize("name", ["hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk",
+                                  "hgemm_wgmma_m64n256k16_stages3_ws2", "sgemv_skinny_r8"])
+def test_fresh_streams_keep_products_ordered(name):
+    """Ten new streams in turn (whose handles, workspaces and prepared launches may be reused from
+    destroyed ones), each with graph replays and direct launches: split-K counters and outputs stay right."""
+    v, m = _setup(name)
+    for trial in range(10):
+        _chain_on_a_new_stream(v, m, 100 + 10 * trial)
