@@ -333,7 +333,8 @@ def test_the_epilogue_argument_is_found_before_the_split_arguments():
     """Launch.args_epilogue: the EpilogueParams sits before `splits` and the workspace's slot, whatever the
     splits; last in a plain kernel."""
     per_shape = VARIANTS[SPLIT[0]].with_extras(epilogue=GELU)
-    cases = [(per_shape, (4096, 4096, 4096), 1, 2), (_split(SPLIT[0], 3).with_extras(epilogue=GELU), (64, 512, 4096), 3, 2),
+    cases = [(per_shape, (4096, 4096, 4096), 1, 2),
+             (_split(SPLIT[0], 3).with_extras(epilogue=GELU), (64, 512, 4096), 3, 2),
              (VARIANTS[PLAIN[0]].with_extras(epilogue=GELU), (64, 512, 4096), 1, 0)]
     for v, shape, splits, tail in cases:
         cfg = launch.launch_config(v, *shape, SMS)

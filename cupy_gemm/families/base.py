@@ -118,7 +118,7 @@ class Family:
                 C's own elements (arrange.c_align).
     pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
                 memory, so the launcher may start it while the previous kernel on the stream still runs
-                (programmatic dependent launch, sm_90 and later: launch.launch_kernel).
+                (programmatic dependent launch, sm_90 and later: cupy_gemm/driver.py).
     renamed     {old parameter name: its name now}: sweep grids, tuning entries, `--set` and `render(...)`
                 written with an old name still work (`canonical` maps them; giving both names is an error).
     """
