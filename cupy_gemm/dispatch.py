@@ -198,9 +198,12 @@ def tiles_of(v: Variant, m: int, n: int) -> int:
 
 
 def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
-    """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs."""
-    tiles = tiles_of(v, m, n)
-    return tiles / (-(-tiles // sm_count) * sm_count)
+    """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs (with
+    clusters: cluster tiles over waves × the clusters that fit)."""
+    cluster = v.family.cluster(v.params)
+    bm, bn = v.family.tile(v.params)
+    units, slots = -(-m // (bm * cluster)) * -(-n // bn), max(1, sm_count // cluster)
+    return units / (-(-units // slots) * slots)
 
 
 def padded_area(v: Variant, m: int, n: int) -> int:

@@ -1,5 +1,5 @@
 """The CUDA driver calls CuPy does not wrap, through ctypes: cuTensorMapEncodeTiled (tma.py) and
-cuLaunchKernelEx, the launch that takes attributes (here: programmatic dependent launch).
+cuLaunchKernelEx, the launch that takes attributes (here: programmatic dependent launch and clusters).
 
 Programmatic dependent launch lets a kernel start while the kernel before it on the stream still runs,
 once that one allows it (pdl_allow_next(), which kernels that hold an SM alone call first): its blocks
@@ -41,12 +41,14 @@ def error_string(code: int) -> str:
 
 
 # ---- cuLaunchKernelEx ----------------------------------------------------------------------------------
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
 class _Attribute(ctypes.Structure):
-    """CUlaunchAttribute: the id, padding to 8 bytes, then a 64-byte union of values."""
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("value", ctypes.c_int), ("rest", ctypes.c_byte * 60)]
+    """CUlaunchAttribute: the id, padding to 8 bytes, then a 64-byte union of values (a flag, or the
+    cluster's x, y, z)."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("value", ctypes.c_uint * 16)]
 
 
 class _Config(ctypes.Structure):
@@ -55,8 +57,33 @@ class _Config(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_Attribute)), ("count", ctypes.c_uint)]
 
 
-_PDL = ctypes.pointer(_Attribute(_PROGRAMMATIC_STREAM_SERIALIZATION, 0, 1))
 _launch = None
+
+
+def _config(grid, block, smem: int, stream: int, pdl: bool, cluster: int) -> ctypes.Structure:
+    """The CUlaunchConfig of a launch with programmatic stream serialization when `pdl` and clusters of
+    `cluster` blocks along x when cluster > 1; it holds its attribute array."""
+    attributes = []
+    if pdl:
+        attributes.append(_Attribute(_PROGRAMMATIC_STREAM_SERIALIZATION, 0, (ctypes.c_uint * 16)(1)))
+    if cluster > 1:
+        attributes.append(_Attribute(_CLUSTER_DIMENSION, 0, (ctypes.c_uint * 16)(cluster, 1, 1)))
+    array = (_Attribute * max(1, len(attributes)))(*attributes)
+    config = _Config(grid, block, smem, stream, ctypes.cast(array, ctypes.POINTER(_Attribute)), len(attributes))
+    config.held = array
+    return config
+
+
+def max_active_clusters(function: int, block, smem: int, cluster: int) -> int:
+    """How many clusters of `cluster` blocks of this kernel the GPU runs at once (cuOccupancyMaxActiveClusters):
+    a cluster's blocks share one GPC, so this can be fewer than SMs / cluster."""
+    count = ctypes.c_int()
+    config = _config((cluster, 1, 1), block, smem, 0, False, cluster)
+    result = library().cuOccupancyMaxActiveClusters(ctypes.byref(count), ctypes.c_void_p(function), ctypes.byref(config))
+    if result != 0:
+        import cupy
+        raise cupy.cuda.driver.CUDADriverError(result)
+    return count.value
 _ndarray = None
 _CTYPES = (ctypes._SimpleCData, ctypes.Array)
 
@@ -110,22 +137,20 @@ class Packed:
 
 
 class Kernel:
-    """A CUfunction with its grid, block and dynamic shared memory, launched by cuLaunchKernelEx; one
-    launch configuration kept per stream."""
-    __slots__ = ("function", "shape", "pdl", "configs")
+    """A CUfunction with its grid, block, dynamic shared memory and cluster size, launched by
+    cuLaunchKernelEx; one launch configuration kept per stream."""
+    __slots__ = ("function", "shape", "pdl", "cluster", "configs")
 
-    def __init__(self, function: int, grid, block, smem: int, pdl: bool):
+    def __init__(self, function: int, grid, block, smem: int, pdl: bool, cluster: int = 1):
         self.function = ctypes.c_void_p(function)
-        self.shape, self.pdl, self.configs = (tuple(grid), tuple(block), smem), pdl, {}
+        self.shape, self.pdl, self.cluster, self.configs = (tuple(grid), tuple(block), smem), pdl, cluster, {}
 
     def __call__(self, stream: int, addresses) -> None:
         """Launch on `stream` with a Packed's address array (or with_pointers' copy); with programmatic
         stream serialization when pdl (the kernel must call pdl_wait())."""
         config = self.configs.get(stream)
         if config is None:
-            grid, block, smem = self.shape
-            config = self.configs[stream] = ctypes.pointer(
-                _Config(grid, block, smem, stream, _PDL if self.pdl else None, 1 if self.pdl else 0))
+            config = self.configs[stream] = ctypes.pointer(_config(*self.shape, stream, self.pdl, self.cluster))
         result = (_launch or _launch_function())(config, self.function, addresses, None)
         if result != 0:
             import cupy

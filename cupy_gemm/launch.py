@@ -33,13 +33,16 @@ class LaunchConfig:
     splits: int = 1  # blocks sharing a C tile along K (split_k families)
     workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
     batch: int = 1  # members of a batched launch (tiles counts every member's)
+    cluster: int = 1  # blocks per thread-block cluster (Family.cluster)
 
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
-                  registers: int | None = None, batch: int = 1) -> LaunchConfig:
+                  registers: int | None = None, batch: int = 1, clusters: int | None = None) -> LaunchConfig:
     """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed).
     batch: members of a batched launch (a variant rendered with batched=True); their tiles fill the GPU
-    together, and the split-K workspace holds a counter and partials for every member's tiles."""
+    together, and the split-K workspace holds a counter and partials for every member's tiles.
+    clusters: of a family with clusters, how many the GPU runs at once (driver.max_active_clusters; else
+    sm_count // cluster): a persistent grid holds no more, or the surplus would wait for a second wave."""
     fam, p = variant.family, variant.params
     if fam.max_rows is not None and m > fam.max_rows(p):
         raise InputError(f"{variant.name} serves at most {fam.max_rows(p)} rows of C; got M={m}")
@@ -53,11 +56,16 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
                          f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
     splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
     grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
-    if fam.persistent:
+    cluster = fam.cluster(p)
+    if fam.persistent and cluster > 1:  # a cluster's blocks take one cluster tile, cluster × bm rows
+        cluster_tiles = -(-m // (bm * cluster)) * -(-n // bn) * batch
+        slots = clusters if clusters is not None else max(1, (sm_count or cluster) // cluster)
+        grid = (min(cluster_tiles * splits, fam.persistent * slots) * cluster, 1, 1)
+    elif fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
     workspace = split_k_workspace(tiles, splits, bm * bn) if fam.takes_split_k_args(p) else 0
     return LaunchConfig(grid=grid, block=(fam.threads(p), 1, 1), smem=fam.smem_bytes(p, variant.dtype, variant.acc),
-                        tiles=tiles, splits=splits, workspace=workspace, batch=batch)
+                        tiles=tiles, splits=splits, workspace=workspace, batch=batch, cluster=cluster)
 
 
 def compute_capability(device) -> int:
@@ -184,7 +192,7 @@ class Launch:
     @cached_property
     def _kernel(self) -> driver.Kernel:
         cfg = self.config
-        return driver.Kernel(self.kernel.ptr, cfg.grid, cfg.block, cfg.smem, self.pdl)
+        return driver.Kernel(self.kernel.ptr, cfg.grid, cfg.block, cfg.smem, self.pdl, cfg.cluster)
 
     @cached_property
     def _packed(self) -> driver.Packed:
@@ -247,6 +255,7 @@ def _stream() -> int:
 
 
 _sm_counts: dict[int, int] = {}
+_cluster_slots: dict[tuple, int] = {}
 
 
 def sm_count(device) -> int:
@@ -254,6 +263,22 @@ def sm_count(device) -> int:
     if device.id not in _sm_counts:
         _sm_counts[device.id] = device.attributes["MultiProcessorCount"]
     return _sm_counts[device.id]
+
+
+def cluster_slots(variant: Variant, kernel, device) -> int | None:
+    """How many clusters of a clustered variant's kernel run at once on the device (None without clusters),
+    asked of the driver once per variant and device."""
+    fam, p = variant.family, variant.params
+    if fam.cluster(p) == 1:
+        return None
+    key = (_identity(variant, device), kernel.ptr)
+    if key not in _cluster_slots:
+        _cluster_slots[key] = driver.max_active_clusters(kernel.ptr, (fam.threads(p), 1, 1),
+                                                         fam.smem_bytes(p, variant.dtype, variant.acc), fam.cluster(p))
+        if _cluster_slots[key] < 1:
+            raise ConfigError("CLUSTER", fam.cluster(p), f"a size this GPU can run: no cluster of this kernel's "
+                              f"blocks fits on one of its GPCs", where=variant.name)
+    return _cluster_slots[key]
 
 
 def _batch_kw(batch) -> dict:
@@ -279,7 +304,7 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     kernel, compiled = load(variant, device)
     kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
     cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers,
-                        1 if batch is None else batch.count)
+                        1 if batch is None else batch.count, cluster_slots(variant, kernel, device))
     make_args = variant.family.make_args or (lambda v, *rest, **kw: pointer_args(*rest))
     args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, **_batch_kw(batch)))
     if batch is not None:

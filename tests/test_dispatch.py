@@ -364,3 +364,13 @@ def test_a_persistent_family_takes_its_larger_tile_where_the_waves_stay_full():
     v = registry.catalogue()[big]
     assert dispatch.wave_fill(v, 8192, 8192, 132) == 64 * 43 / (21 * 132)
     assert dispatch.wave_fill(v, 4096, 4096, 132) == 32 * 22 / (6 * 132)
+
+
+def test_clustered_waves_count_cluster_tiles():
+    """Clusters of two take 256×256 cluster tiles of a 128×256 variant, 66 at once on 132 SMs: 5000×3000
+    has 20 × 12 of them, 240 in 4 waves of 66."""
+    v = registry.catalogue()["hgemm_wgmma_m64n256k16_stages4_ws2_cluster2"]
+    assert dispatch.wave_fill(v, 5000, 3000, 132) == 240 / (4 * 66)
+    assert dispatch.wave_fill(v, 5000, 3000, 133) == 240 / (4 * 66)  # an odd SM count leaves one idle
+    # the heuristic's big-tile default for float16 lists it first (no table entry within a factor 2)
+    assert dispatch.choose(H100, "float16", 30000, 30000, 30000).variant == v.name

@@ -99,10 +99,10 @@ def test_pingpong_consumers_own_whole_tiles():
     pp = make_variant(WGMMA, "pp", "float16", {**catalogue()[FLAGSHIP].params, "BM": 64, "BN": 192, "STAGES": 6,
                                                "PINGPONG": 1})
     source = render(pp)
-    assert "constexpr int PINGPONG = 1;" in source
+    assert "constexpr int PINGPONG = 1, CLUSTER = 1;" in source
     assert "named_barrier_sync(ORDER + consumer, 256)" in source and "named_barrier_arrive(ORDER + (1 - consumer), 256)" in source
     assert compile_variant(pp, "sm_90a").resources.local == 0
-    assert "constexpr int PINGPONG = 0;" in render(catalogue()[FLAGSHIP])
+    assert "constexpr int PINGPONG = 0, CLUSTER = 1;" in render(catalogue()[FLAGSHIP])
 
 
 def test_pingpong_static_assert_mirrors_the_rule():

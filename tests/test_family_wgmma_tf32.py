@@ -41,7 +41,7 @@ BROKEN = [
     ({"BM": 64, "CONSUMERS": 2}, "BM", "a multiple of 64 * CONSUMERS"),
     ({"BM": 96, "CONSUMERS": 1, "BN": 128}, "BM", "a multiple of 64 * CONSUMERS"),
     ({"BN": 80}, "BN", "a multiple of one 128-byte swizzle row (64 16-bit or 32 fp32 elements)"),
-    ({"BM": 256, "CONSUMERS": 1, "BN": 256, "STAGES": 2}, "BN", "at most 128 fp32 accumulators per consumer thread"),
+    ({"BM": 256, "CONSUMERS": 1, "BN": 256, "STAGES": 2}, "BN", "at most 192 fp32 accumulators per consumer thread"),
     ({"STAGES": 5}, "smem", "at most 232448 bytes of shared memory per block"),
 ]
 

@@ -2,7 +2,7 @@
 import pytest
 
 import cupy_gemm
-from cupy_gemm import registry
+from cupy_gemm import launch, registry
 from cupy_gemm.errors import CatalogueError, ConfigError, UnknownVariantError
 from cupy_gemm.render import render
 
@@ -66,6 +66,22 @@ def test_launch_config_is_consistent(name):
     assert cfg.tiles == -(-m // bm) * -(-1000 // bn)
     assert 32 <= cfg.block[0] <= 1024 and cfg.block[0] % 32 == 0
     assert cfg.grid[0] <= cfg.tiles * cfg.splits and cfg.grid[0] * cfg.grid[1] <= cfg.tiles * cfg.splits
+
+
+CLUSTERED = sorted(n for n, v in CATALOGUE.items() if v.family.cluster(v.params) > 1)
+
+
+@pytest.mark.parametrize("name", CLUSTERED)
+def test_clustered_grids_are_whole_clusters_that_run_at_once(name):
+    v = CATALOGUE[name]
+    bm, bn = v.family.tile(v.params)
+    for m, n, slots in ((5000, 3000, None), (5000, 3000, 60), (3 * bm + 5, bn, None), (1, 1, 7)):
+        cfg = launch.launch_config(v, m, n, 1000, sm_count=132, clusters=slots)
+        cluster_tiles = -(-m // (2 * bm)) * -(-n // bn)
+        assert cfg.cluster == 2 and cfg.grid[0] % 2 == 0
+        assert cfg.grid[0] == 2 * min(cluster_tiles, 66 if slots is None else slots)
+    assert launch.launch_config(CATALOGUE["hgemm_wgmma_m64n256k16_stages4_ws2"], 5000, 3000, 1000,
+                                sm_count=132).cluster == 1
 
 
 def _write(tmp_path, name, text):

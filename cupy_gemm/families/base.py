@@ -116,6 +116,8 @@ class Family:
                 the epilogue) are converted once, in the store, and beta·C reads C as T_OUT. The API then
                 aligns C's leading dimension and base to align(params, dtype) × sizeof(input) bytes, in
                 C's own elements (arrange.c_align).
+    cluster     params -> CTAs per thread-block cluster (1: no clusters). A persistent family's grid is then
+                a whole number of clusters, at most as many as the GPU runs at once (driver.max_active_clusters).
     pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
                 memory, so the launcher may start it while the previous kernel on the stream still runs
                 (programmatic dependent launch, sm_90 and later: cupy_gemm/driver.py).
@@ -150,6 +152,7 @@ class Family:
     epilogue: bool = False
     convert: bool = False
     pdl: bool = False
+    cluster: Callable[[Mapping[str, int]], int] = lambda p: 1
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -97,11 +97,33 @@ def _rule_tiles(p, dtype, acc):
                           f"fp32 elements) ({row} for {dtype})")
 
 
-def _rule_registers(p, dtype, acc):
-    per_thread = _consumer_rows(p) * p["BN"] // 128
-    if per_thread > 128:
-        yield ConfigError("BN", p["BN"], f"at most 128 fp32 accumulators per consumer thread: "
-                          f"BM / CONSUMERS (BM with PINGPONG) * BN / 128 <= 128 (got {per_thread})")
+def _rule_cluster(p, dtype, acc):
+    if p["CLUSTER"] == 1:
+        return
+    if p["SPLIT_K"] != 1 or p["PINGPONG"]:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
+                          "same tiles in step)")
+    b_boxes = (p["BK"] if dtype == "float32" else p["BN"]) // _elems_per_row(dtype)
+    if b_boxes % p["CLUSTER"]:
+        yield ConfigError("CLUSTER", p["CLUSTER"], f"a divisor of the {b_boxes} TMA boxes of a B stage "
+                          f"({'BK' if dtype == 'float32' else 'BN'} / {_elems_per_row(dtype)}): each block "
+                          f"multicasts an equal share")
+
+
+def _no_cluster(p, dtype, acc):
+    if p["CLUSTER"] != 1:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1: the transposing producer reads each B stage it lands")
+
+
+def _registers_rule(most: int):
+    """The rule that a consumer thread holds at most `most` fp32 accumulators: its registers after the
+    hand-over (232, or 208 beside the transposing producer) less 40 for addresses, counters and the epilogue."""
+    def rule(p, dtype, acc):
+        per_thread = _consumer_rows(p) * p["BN"] // 128
+        if per_thread > most:
+            yield ConfigError("BN", p["BN"], f"at most {most} fp32 accumulators per consumer thread: "
+                              f"BM / CONSUMERS (BM with PINGPONG) * BN / 128 <= {most} (got {per_thread})")
+    return rule
 
 
 def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None) -> tuple:
@@ -169,6 +191,8 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
         block_swizzle_param(2048),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
         flag("PINGPONG", "the two consumers take whole tiles in turn: one's epilogue overlaps the other's MMAs", 0),
+        Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
+              "fills (templates/common/cluster.cuh)", choices=(1, 2)),
     )
 
 
@@ -188,7 +212,8 @@ _COMMON = dict(
     template="wgmma.cu.j2",
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // CUDA_TYPES[dtype][1],
-    rules=(_rule_tiles, _rule_registers),
+    rules=(_rule_tiles, _registers_rule(192), _rule_cluster),
+    cluster=lambda p: p["CLUSTER"],
     abi="tma",
     make_args=make_args,
     split_k=True,
@@ -221,7 +246,7 @@ WGMMA_TF32_ROWB = Family(
         "memory; as `wgmma_tf32` otherwise",
     params=_params((32, 64), 32),
     dtypes={"float32": ("tf32",)},
-    **{**_COMMON, "smem_bytes": smem_bytes_rowb},
+    **{**_COMMON, "smem_bytes": smem_bytes_rowb, "rules": (_rule_tiles, _registers_rule(168), _no_cluster)},
 )
 
 FAMILIES = (WGMMA, WGMMA_TF32, WGMMA_TF32_ROWB)

@@ -51,6 +51,25 @@ def test_box_edges(name, m, n, k):
     _check(name, m, n, k, seed=m + n + k)
 
 
+CLUSTERED = [n for n in NAMES if registry.lookup(n).params["CLUSTER"] > 1]
+
+
+@pytest.mark.parametrize("name", CLUSTERED)
+def test_clusters_with_a_half_below_m_and_many_tiles_per_cluster(name):
+    """Clusters of two blocks share B stages: with an odd number of row tiles the last cluster's second
+    half lies below M (loads zeros, stores nothing); 4100×3000 gives each cluster several tiles; beta
+    takes the register epilogue; repeats are bitwise identical."""
+    _needs_bf16(name)
+    bm = registry.lookup(name).params["BM"]
+    for m, n, k in ((3 * bm + 5, 520, 200), (4100, 3000, 1000), (bm + 1, 4096, 64)):
+        _check(name, m, n, k)
+    _check(name, 3 * bm + 5, 300, 130, alpha=0.5, beta=-1.5, c=verify.random_operand((3 * bm + 5, 300), registry.lookup(name).dtype, 7))
+    a = verify.random_operand((4100, 1000), registry.lookup(name).dtype, 1)
+    b = verify.random_operand((1000, 3000), registry.lookup(name).dtype, 2)
+    first = cupy_gemm.matmul(a, b, variant=name)
+    assert all(bool((cupy_gemm.matmul(a, b, variant=name) == first).all()) for _ in range(3))
+
+
 @pytest.mark.parametrize("name", [FLAGSHIP, BF16, "hgemm_wgmma_m64n256k16_stages4_ws2_regstore"])
 def test_both_epilogues(name):
     """beta = 0 takes the TMA-store epilogue where the variant has one; beta != 0 stores from registers."""
