@@ -237,10 +237,10 @@ def uses_pdl(variant: Variant, device) -> bool:
     return variant.family.pdl and compute_capability(device) >= 90 and config.programmatic_launch()
 
 
-def launch_kernel(kernel, grid, block, smem: int, args: tuple, pdl: bool) -> None:
+def launch_kernel(kernel, grid, block, smem: int, args: tuple, pdl: bool, cluster: int = 1) -> None:
     """Launch a loaded kernel (a CuPy Function) once on CuPy's current stream; repeated launches keep a
     Launch, which packs its arguments and launch configuration once."""
-    driver.Kernel(kernel.ptr, grid, block, smem, pdl)(_stream(), driver.Packed(args).addresses)
+    driver.Kernel(kernel.ptr, grid, block, smem, pdl, cluster)(_stream(), driver.Packed(args).addresses)
 
 
 _cupy = None

@@ -191,7 +191,7 @@ def scaled_plan(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out
         with device:
             kernel, _ = launch.load(v, device)  # compile and load now: errors surface here
             kernel, pdl = getattr(kernel, "kernel", kernel), launch.uses_pdl(v, device)
-            cfg = launch.launch_config(v, m, n, k, device.attributes["MultiProcessorCount"])
+            cfg = launch.launch_config(v, m, n, k, launch.sm_count(device), clusters=launch.cluster_slots(v, kernel, device))
 
     def run():
         with device:
@@ -202,7 +202,7 @@ def scaled_plan(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out
                 b_k, ldb = _k_major(b.T, n, k)
                 args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, mode, "a"),
                                           _kernel_scales(scale_b, mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
-                launch.launch_kernel(kernel, cfg.grid, cfg.block, cfg.smem, args, pdl)
+                launch.launch_kernel(kernel, cfg.grid, cfg.block, cfg.smem, args, pdl, cfg.cluster)
             if copy_into is not None:
                 copy_into[...] = target[:, :n]
         return result

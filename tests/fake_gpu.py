@@ -75,7 +75,7 @@ class FakeGpu:
         return cupy.ndarray(shape, dtype, memptr=cupy.cuda.MemoryPointer(mem, offset), order=order)
 
     @staticmethod
-    def _launch(kernel, grid, block, smem, args, pdl):
+    def _launch(kernel, grid, block, smem, args, pdl, cluster=1):
         kernel(grid, block, args, shared_mem=smem)
 
     @staticmethod

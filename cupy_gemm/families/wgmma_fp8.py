@@ -51,6 +51,9 @@ def _rule_tiles(p, dtype, acc):
                           "(each consumer warpgroup takes whole m64 wgmma tiles)")
     if p["BN"] % p["INSTR_N"]:
         yield ConfigError("BN", p["BN"], f"a multiple of INSTR_N (the wgmma N) = {p['INSTR_N']}")
+    if p["CLUSTER"] == 2 and p["BN"] % 16:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 unless BN is a multiple of 16 (each block loads BN / 2 "
+                          "rows of B, whole 8-row swizzle atoms)")
 
 
 def _rule_formats(p, dtype, acc):
@@ -79,7 +82,9 @@ def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda:
     from .. import tma
     p = variant.params
     map_a = tma.tensor_map_2d(a.data.ptr, "uint8", rows=m, cols=k, ld=lda, box_rows=p["BM"], box_cols=K_BLOCK)
-    map_b = tma.tensor_map_2d(b_t.data.ptr, "uint8", rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=K_BLOCK)
+    # with clusters each block loads half of a B stage (and multicasts it): the box is BN / CLUSTER rows
+    map_b = tma.tensor_map_2d(b_t.data.ptr, "uint8", rows=n, cols=k, ld=ldb, box_rows=p["BN"] // p["CLUSTER"],
+                              box_cols=K_BLOCK)
     box_cols = SWIZZLE_BYTES // CUDA_TYPES[variant.dtype][1]
     map_c = tma.tensor_map_2d(c.data.ptr, variant.dtype, rows=m, cols=n, ld=ldc, box_rows=C_BOX_ROWS,
                               box_cols=box_cols)
@@ -102,11 +107,14 @@ WGMMA_FP8 = Family(
               choices=(0, 1, 2)),
         flag("PROMOTE", "add each 128-deep K-block into fp32 registers (else the tensor core accumulates all of K)", 1),
         block_swizzle_param(2048),
+        Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
+              "fills (templates/common/cluster.cuh)", choices=(1, 2)),
     ),
     dtypes={"bfloat16": ("float32",), "float16": ("float32",), "float32": ("float32",)},
     **WARP_SPECIALISED,
     smem_bytes=smem_bytes,
     rules=(_rule_tiles, _rule_formats, _rule_promotion),
+    cluster=lambda p: p["CLUSTER"],
     abi="scaled",
     make_args=make_args,
     renamed={**RENAMED_BLOCK_SWIZZLE, "WN": "INSTR_N"},

@@ -38,7 +38,7 @@ __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const Tensor
                  :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
                  : "memory");
 }
-{% if BATCHED %}
+{% if BATCHED is defined and BATCHED %}
 
 // The same over a batched map (common/tma_batch.cuh): the member's batch coordinates outermost.
 __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TensorMap* map, unsigned bar, int c0, int c1,
