@@ -3,7 +3,9 @@
 
 Interleaved CUDA-event timing: each round times every contender in turn, LAUNCHES back-to-back launches
 between one pair of events, and the median over rounds is reported, because the clock drifts with the
-card's temperature more than the gaps measured here. "kernel" rows pass a column-major B, which the
+card's temperature more than the gaps measured here. Odd rounds run the contenders in reverse order: in
+a fixed order a contender's time depended on what ran before it (the precision='3xtf32' rows, last,
+measured up to 8% slower than the same kernel named). "kernel" rows pass a column-major B, which the
 kernels read in place; "row-major B" rows include the copy of B that the API makes for them.
 
 cuBLAS TF32 is measured twice: as cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 in this process, and as
@@ -40,8 +42,8 @@ def interleaved_ms(calls: dict, rounds: int, launches: int) -> dict:
     cupy.cuda.Device().synchronize()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     times = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
+    for r in range(rounds):
+        for name, call in (reversed if r % 2 else iter)(list(calls.items())):
             start.record()
             for _ in range(launches):
                 call()
