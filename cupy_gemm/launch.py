@@ -174,11 +174,11 @@ class Launch:
     def launch(self, args) -> None:
         """Launch with these arguments: self.args or rebind's for other operands, or either packed."""
         packed = args if type(args) is driver.Packed else driver.Packed(args)
-        self._kernel(_stream(), packed.with_pointers(last=self._workspace()))
+        self._kernel(current_stream(), packed.with_pointers(last=self._workspace()))
 
     def launch_pointers(self, A, B, C) -> None:
         """The pointer ABI's launch for other operands of the same geometry: only A, B and C change."""
-        self._kernel(_stream(), self._packed.with_pointers((A.data.ptr, B.data.ptr, C.data.ptr), self._workspace()))
+        self._kernel(current_stream(), self._packed.with_pointers((A.data.ptr, B.data.ptr, C.data.ptr), self._workspace()))
 
     def _workspace(self) -> int | None:
         """The split-K workspace's address, None without splits. The workspace of the stream current at this
@@ -240,13 +240,14 @@ def uses_pdl(variant: Variant, device) -> bool:
 def launch_kernel(kernel, grid, block, smem: int, args: tuple, pdl: bool, cluster: int = 1) -> None:
     """Launch a loaded kernel (a CuPy Function) once on CuPy's current stream; repeated launches keep a
     Launch, which packs its arguments and launch configuration once."""
-    driver.Kernel(kernel.ptr, grid, block, smem, pdl, cluster)(_stream(), driver.Packed(args).addresses)
+    driver.Kernel(kernel.ptr, grid, block, smem, pdl, cluster)(current_stream(), driver.Packed(args).addresses)
 
 
 _cupy = None
 
 
-def _stream() -> int:
+def current_stream() -> int:
+    """The handle of CuPy's current stream (imported once: this runs on every launch)."""
     global _cupy
     if _cupy is None:
         import cupy

@@ -207,7 +207,7 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_
     # CUPY_TF32 only changes the default for float32; reading the environment costs a microsecond
     tf32 = token is None and dtype.char == "f" and config.allow_tf32()
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
-            b_data.ptr & 255, extra, device_id, current_stream(), token, alpha, beta, tf32, precision, epilogue,
+            b_data.ptr & 255, extra, device_id, launch.current_stream(), token, alpha, beta, tf32, precision, epilogue,
             out_dtype)
 
 
@@ -251,10 +251,6 @@ def _cupy_module():
 
 def current_device() -> int:
     return (_cupy or _cupy_module()).cuda.runtime.getDevice()
-
-
-def current_stream() -> int:
-    return (_cupy or _cupy_module()).cuda.get_current_stream().ptr
 
 
 def allocate(shape, dtype):

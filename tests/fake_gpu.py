@@ -38,7 +38,7 @@ class FakeGpu:
         self.device, self.stream, self.next_address = 0, 1, 1 << 32
         self.kernels, self.decisions, self.resolutions, self.encodings = {}, 0, 0, 0
         monkeypatch.setattr(prepared, "current_device", lambda: self.device)
-        monkeypatch.setattr(prepared, "current_stream", lambda: self.stream)
+        monkeypatch.setattr(launch, "current_stream", lambda: self.stream)
         monkeypatch.setattr(prepared, "allocate", lambda shape, dtype: self.array(shape, dtype))
         monkeypatch.setattr(prepared, "device_of", FakeDevice)
         unknown = SimpleNamespace(resources=SimpleNamespace(registers=None))  # no ptxas report: the launcher assumes
