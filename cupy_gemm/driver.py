@@ -84,6 +84,8 @@ def max_active_clusters(function: int, block, smem: int, cluster: int) -> int:
         import cupy
         raise cupy.cuda.driver.CUDADriverError(result)
     return count.value
+
+
 _ndarray = None
 _CTYPES = (ctypes._SimpleCData, ctypes.Array)
 

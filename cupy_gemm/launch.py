@@ -256,7 +256,7 @@ def current_stream() -> int:
 
 
 _sm_counts: dict[int, int] = {}
-_cluster_slots: dict[tuple, int] = {}
+_cluster_slots: dict[int, int] = {}
 
 
 def sm_count(device) -> int:
@@ -272,14 +272,14 @@ def cluster_slots(variant: Variant, kernel, device) -> int | None:
     fam, p = variant.family, variant.params
     if fam.cluster(p) == 1:
         return None
-    key = (_identity(variant, device), kernel.ptr)
-    if key not in _cluster_slots:
-        _cluster_slots[key] = driver.max_active_clusters(kernel.ptr, (fam.threads(p), 1, 1),
-                                                         fam.smem_bytes(p, variant.dtype, variant.acc), fam.cluster(p))
-        if _cluster_slots[key] < 1:
+    if kernel.ptr not in _cluster_slots:  # a loaded kernel's handle is its variant's on one device
+        slots = driver.max_active_clusters(kernel.ptr, (fam.threads(p), 1, 1),
+                                           fam.smem_bytes(p, variant.dtype, variant.acc), fam.cluster(p))
+        if slots < 1:
             raise ConfigError("CLUSTER", fam.cluster(p), f"a size this GPU can run: no cluster of this kernel's "
                               f"blocks fits on one of its GPCs", where=variant.name)
-    return _cluster_slots[key]
+        _cluster_slots[kernel.ptr] = slots
+    return _cluster_slots[kernel.ptr]
 
 
 def _batch_kw(batch) -> dict:
