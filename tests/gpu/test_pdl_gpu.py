@@ -13,10 +13,10 @@ from test_fp8_gpu import check as check_fp8, random_fp8, random_scales
 HOPPER = cupy.cuda.is_available() and launch.compute_capability(cupy.cuda.Device()) >= 90
 pytestmark = pytest.mark.skipif(not HOPPER, reason="programmatic dependent launch needs sm_90 or later")
 
-# one entry of every family and mode launched programmatically: wgmma (plain, split-K, ping-pong, tf32
-# with a row-major B), 3xTF32, skinny (CUDA cores and mma.sync), CUDA-core split-K, unaligned mma
+# one entry of every family and mode launched programmatically: wgmma (plain, split-K, ping-pong, clusters,
+# tf32 with a row-major B), 3xTF32, skinny (CUDA cores and mma.sync), CUDA-core split-K, unaligned mma
 VARIANTS = ["hgemm_wgmma_m64n256k16_stages3_ws2", "bgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk",
-            "hgemm_wgmma_m64n64k16_tile128x64_stages8_ws2_pingpong",
+            "hgemm_wgmma_m64n64k16_tile128x64_stages8_ws2_pingpong", "hgemm_wgmma_m64n256k16_stages4_ws2_cluster2",
             "sgemm_wgmma_m64n64k8_tf32_rowb_tile64x64_stages8_ws1_splitk",
             "sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", "hgemv_skinny_r1", "sgemv_skinny_r8",
             "hgemv_skinny_r16_mma", "sgemm_t_4x4_tile32x64_sliced_k16_f32x4_bcf_dbuf_offset_splitk",
@@ -81,19 +81,22 @@ def test_a_product_overwrites_what_the_previous_one_reads(name):
         _check(v, victim, p, q)
 
 
-def test_fp8_products_write_in_launch_order():
+@pytest.mark.parametrize("variant,out_dtype", [(None, "float32"),
+                                               ("fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_block_bf16_cluster2", "bfloat16")])
+def test_fp8_products_write_in_launch_order(variant, out_dtype):
     """Two scaled products into one output, back to back: the second's values must be the ones left."""
+    dtype = pytest.importorskip("ml_dtypes").bfloat16 if out_dtype == "bfloat16" else out_dtype
     m, n, k = 1000, 1000, 1040
-    out = _nan((m, n), "float32")
+    out = _nan((m, n), dtype)
     cases = []
     for seed in (0, 10):
         a, b = random_fp8((m, k), "e4m3", seed), random_fp8((k, n), "e4m3", seed + 1, column_major=True)
         cases.append((a, b, *random_scales("block", m, n, k, seed + 2)))
     for _ in range(ROUNDS):
         for a, b, sa, sb in cases:
-            cupy_gemm.scaled_mm(a, b, sa, sb, out=out, out_dtype="float32")
+            cupy_gemm.scaled_mm(a, b, sa, sb, out=out, out_dtype=out_dtype, variant=variant)
     a, b, sa, sb = cases[-1]
-    verdict = check_fp8(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32")
+    verdict = check_fp8(out, a, b, sa, sb, "e4m3", "e4m3", k, out_dtype)
     assert verdict.ok, verdict
 
 
