@@ -166,7 +166,9 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
         default = max((v for v in family if wave_fill(v, m, n, sm_count) >= fullest - WAVE_TIE), key=area)
     tiles = tiles_of(default, m, n)
     bm, bn = default.family.tile(default.params)
-    return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn}, "
+    cluster = default.family.cluster(default.params)
+    clustered = f" in clusters of {cluster}" if cluster > 1 else ""
+    return Decision(default.name, f"heuristic: the big-tile default ({tiles} tiles of {bm}×{bn}{clustered}, "
                     f"{wave_fill(default, m, n, sm_count):.0%} of their waves full)", tuple(notes))
 
 

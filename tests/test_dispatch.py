@@ -373,4 +373,5 @@ def test_clustered_waves_count_cluster_tiles():
     assert dispatch.wave_fill(v, 5000, 3000, 132) == 240 / (4 * 66)
     assert dispatch.wave_fill(v, 5000, 3000, 133) == 240 / (4 * 66)  # an odd SM count leaves one idle
     # the heuristic's big-tile default for float16 lists it first (no table entry within a factor 2)
-    assert dispatch.choose(H100, "float16", 30000, 30000, 30000).variant == v.name
+    decision = dispatch.choose(H100, "float16", 30000, 30000, 30000)
+    assert decision.variant == v.name and "tiles of 128×256 in clusters of 2" in decision.reason
