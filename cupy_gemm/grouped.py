@@ -205,7 +205,7 @@ def _launch(v, device, map_a, map_b, c, ldc, ends, table, layout, groups, rows, 
     args = (map_a, map_b, null if c is None else c, np.int64(ldc), null if ends is None else ends,
             np.uintp(list_ptr), np.uintp(maps_ptr), np.int32(LAYOUTS[layout]), np.int32(groups), np.int32(rows),
             np.int32(n), np.int32(k), np.int32(group_rows))
-    launch.launch_kernel(getattr(kernel, "kernel", kernel), grid, (fam.threads(v.params), 1, 1),
+    launch.launch_kernel(kernel, grid, (fam.threads(v.params), 1, 1),
                          fam.smem_bytes(v.params, v.dtype, v.acc), args, launch.uses_pdl(v, device))
 
 

@@ -81,7 +81,7 @@ def _identity(variant: Variant, device) -> tuple:
 
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
-    """Compile (cached) for the device and load the kernel onto it. Returns (RawKernel, Compiled)."""
+    """Compile (cached) for the device and load the kernel onto it. Returns (its CuPy Function, Compiled)."""
     identity = _identity(variant, device)  # checked first: rendering and hashing cost ~0.5 ms a call
     if identity in _loaded:
         return _loaded[identity]
@@ -95,6 +95,7 @@ def load(variant: Variant, device) -> tuple[object, Compiled]:
                               f"dynamic shared memory on this GPU", where=variant.name)
         if smem > 48 * 1024:  # above 48 KB a kernel must opt in
             kernel.max_dynamic_shared_size_bytes = smem
+        kernel = kernel.kernel  # the RawKernel's CUfunction on this device: what every launch reads
     _loaded[identity] = (kernel, compiled)
     return kernel, compiled
 
@@ -303,7 +304,6 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
     if batch is not None and swapped:
         batch = batch.transposed()  # the kernel's view: make_args, BatchArgs and rebind all take it so
     kernel, compiled = load(variant, device)
-    kernel = getattr(kernel, "kernel", kernel)  # a RawKernel's CUfunction for this device: one layer less per call
     cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers,
                         1 if batch is None else batch.count, cluster_slots(variant, kernel, device))
     make_args = variant.family.make_args or (lambda v, *rest, **kw: pointer_args(*rest))

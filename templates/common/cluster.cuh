@@ -29,6 +29,41 @@ __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank)
                  :: "r"(bar), "r"(rank) : "memory");
 }
 
+// Where a block of a persistent grid of CLUSTER-block clusters stands (CLUSTER = 1: blocks alone): its
+// rank in its cluster, which cluster it is, how many there are. Joining synchronises the cluster (the
+// block when alone), so barriers initialised before it are ready for every peer's copies and arrivals.
+struct ClusterPlace { int rank, index, count; };
+
+template <int CLUSTER>
+__device__ __forceinline__ ClusterPlace join_cluster() {
+    if constexpr (CLUSTER > 1) {
+        cluster_sync();
+        return {(int)cluster_ctarank(), (int)(blockIdx.x / CLUSTER), (int)(gridDim.x / CLUSTER)};
+    } else {
+        __syncthreads();
+        return {0, (int)blockIdx.x, (int)gridDim.x};
+    }
+}
+
+// One arrival on the barrier at `bar` in every CTA of the cluster: a consumer warp is done with a stage
+// that any of them may have filled.
+template <int CLUSTER>
+__device__ __forceinline__ void mbar_arrive_all(unsigned bar) {
+    if constexpr (CLUSTER > 1) {
+#pragma unroll
+        for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(bar, r);
+    } else {
+        mbar_arrive(bar);
+    }
+}
+
+// The last step of a clustered kernel: no CTA leaves while a peer's copies into it or arrivals on its
+// barriers may still come.
+template <int CLUSTER>
+__device__ __forceinline__ void leave_cluster() {
+    if constexpr (CLUSTER > 1) cluster_sync();
+}
+
 // tma_load_2d into `dst` of every CTA in `mask` (bit i: cluster rank i), completing on the barrier at
 // `bar` of each of them.
 __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TensorMap* map, unsigned bar, int c0, int c1,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import fp8, registry, scaled, verify
+from cupy_gemm import fp8, registry, scaled, tma, verify
 from cupy_gemm.errors import DTypeError
 from cupy_gemm.launch import compute_capability
 
@@ -130,16 +130,25 @@ def test_operands_that_need_copies():
     assert check(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
 
 
-def test_plan_reads_the_operands_when_called():
-    m, n, k = 130, 260, 272
+@pytest.mark.parametrize("mode, k", [("tensor", 272), ("rowcol", 272), ("block", 272), ("tensor", 200)])
+def test_plan_reads_the_operands_when_called(monkeypatch, mode, k):
+    """A plan reads the operands' contents at each call. Where the kernel reads them in place (K a multiple
+    of 16, per-tensor or row and column scales) it encodes its tensor maps once, when planned; a padded K
+    or block scales (copied into the kernel's layout) make them anew each call."""
+    encoded = []
+    real = tma.tensor_map_2d
+    monkeypatch.setattr(tma, "tensor_map_2d", lambda *args, **kw: encoded.append(1) or real(*args, **kw))
+    m, n = 130, 260
     a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
-    sa, sb = random_scales("block", m, n, k, 3)
+    sa, sb = random_scales(mode, m, n, k, 3)
     run = cupy_gemm.scaled_plan(a, b, sa, sb, out_dtype="float32")
     first = run()
     a[...] = random_fp8((m, k), "e4m3", 4)
     sa[...] = sa * 2
     assert run() is first
     assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
+    in_place = mode != "block" and k % 16 == 0
+    assert len(encoded) == (3 if in_place else 6)
 
 
 def test_empty_k_gives_zeros():
