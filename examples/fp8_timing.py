@@ -1,5 +1,5 @@
-"""FP8 on Hopper: our wgmma_fp8 kernels against torch._scaled_mm (cuBLASLt), the accuracy that promotion
-buys at long K, and the SASS of every catalogue variant.
+"""FP8 on Hopper: our wgmma_fp8 kernels against torch._scaled_mm (cuBLASLt), the host cost of a call, the
+accuracy that promotion buys at long K, and the SASS of every catalogue variant.
 
     python examples/fp8_timing.py                       # the three shapes below, 10 rounds of 20 launches
     python examples/fp8_timing.py --shapes 4096x4096x4096 --rounds 5 --no-sass
@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import cupy
 import numpy as np
@@ -86,6 +87,37 @@ def time_shape(m, n, k, args, l2_bytes):
     print(f"best block-scaled / best promoted per-tensor speed: {best_tensor / min(medians[b] for b in block):.3f}")
 
 
+def host_cost(size=256, calls=2000):
+    """Wall time per call of `calls` back-to-back calls closed by one synchronisation, at a size whose GPU
+    time is shorter than a call's host work: scaled_mm (checks every call), a scaled_plan's call (checked
+    once, arguments packed once) and torch._scaled_mm."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(size, size, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    b_t = torch.randn(size, size, device="cuda", generator=g).to(torch.float8_e4m3fn)
+    sa_t, sb_t = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    a_u, b_u = as_uint8(a), as_uint8(b_t).T
+    sa, sb = cupy.from_dlpack(sa_t.reshape(1)), cupy.from_dlpack(sb_t.reshape(1))
+    out = cupy.empty((size, size), dtype="bfloat16")
+    contenders = {
+        "torch._scaled_mm": lambda: torch._scaled_mm(a, b_t.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16),
+        "cupy_gemm.scaled_mm": lambda: cupy_gemm.scaled_mm(a_u, b_u, sa, sb, out=out),
+        "cupy_gemm.scaled_plan(...)()": cupy_gemm.scaled_plan(a_u, b_u, sa, sb, out=out),
+    }
+    print(f"\nhost cost, {size}³ per-tensor, bf16 out (µs a call, {calls} calls, three rounds)")
+    for name, call in contenders.items():
+        rounds = []
+        for _ in range(3):
+            for _ in range(50):
+                call()
+            torch.cuda.synchronize()
+            begin = time.perf_counter()
+            for _ in range(calls):
+                call()
+            torch.cuda.synchronize()
+            rounds.append((time.perf_counter() - begin) / calls * 1e6)
+        print(f"| {name} | {' / '.join(f'{x:.1f}' for x in rounds)} |")
+
+
 def accuracy_vs_k():
     """Relative Frobenius error against float64 of the dequantized operands, fp32 out: promotion every
     128 of K (the default) against accumulation in the tensor core (fast) and torch's two modes."""
@@ -150,6 +182,7 @@ def main():
     parser.add_argument("--launches", type=int, default=20)
     parser.add_argument("--no-sass", action="store_true")
     parser.add_argument("--no-accuracy", action="store_true")
+    parser.add_argument("--no-host", action="store_true", help="skip the host cost per call")
     args = parser.parse_args()
     device = cupy.cuda.Device()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, CuPy {cupy.__version__}, "
@@ -158,6 +191,8 @@ def main():
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
         time_shape(m, n, k, args, l2)
+    if not args.no_host:
+        host_cost()
     if not args.no_accuracy:
         accuracy_vs_k()
     if not args.no_sass:
