@@ -93,16 +93,30 @@ def test_static_asserts_mirror_the_rules():
         compile_variant(bad, "sm_90a")
 
 
+def test_more_staging_boxes_cost_shared_memory_and_wait_less():
+    """EPI_BOXES C staging boxes per consumer, used in turn: a box is refilled once the store that read it
+    (EPI_BOXES boxes ago) is done. Each box costs 8 KB a consumer; a ring that no longer fits is refused."""
+    base = {**catalogue()[FLAGSHIP].params, "STAGES": 3, "CLUSTER": 2}
+    two, four = (make_variant(WGMMA, f"e{n}", "float16", {**base, "EPI_BOXES": n}) for n in (2, 4))
+    assert WGMMA.smem_bytes(four.params, "float16", "float32") - WGMMA.smem_bytes(two.params, "float16", "float32") \
+        == 2 * 2 * 64 * 128
+    source = render(four)
+    assert "EPI_BOXES = 4;" in source and "(epi_count % EPI_BOXES)" in source
+    assert "tma_store_wait_read<EPI_BOXES - 1>()" in source
+    with pytest.raises(ConfigError, match="shared memory"):
+        make_variant(WGMMA, "e4s4", "float16", {**base, "STAGES": 4, "EPI_BOXES": 4})
+
+
 def test_pingpong_consumers_own_whole_tiles():
     """With PINGPONG a consumer holds the whole BM-row tile (so BM = 64 is allowed with two consumers),
     only its own 4 warps release a stage, and the turns are named barriers of both consumers' 256 threads."""
     pp = make_variant(WGMMA, "pp", "float16", {**catalogue()[FLAGSHIP].params, "BM": 64, "BN": 192, "STAGES": 6,
                                                "PINGPONG": 1})
     source = render(pp)
-    assert "constexpr int PINGPONG = 1, CLUSTER = 1;" in source
+    assert "constexpr int PINGPONG = 1, CLUSTER = 1, EPI_BOXES = 2;" in source
     assert "named_barrier_sync(ORDER + consumer, 256)" in source and "named_barrier_arrive(ORDER + (1 - consumer), 256)" in source
     assert compile_variant(pp, "sm_90a").resources.local == 0
-    assert "constexpr int PINGPONG = 0, CLUSTER = 1;" in render(catalogue()[FLAGSHIP])
+    assert "constexpr int PINGPONG = 0, CLUSTER = 1, EPI_BOXES = 2;" in render(catalogue()[FLAGSHIP])
 
 
 def test_pingpong_static_assert_mirrors_the_rule():

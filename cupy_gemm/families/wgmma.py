@@ -62,7 +62,7 @@ def _elems_per_row(dtype: str) -> int:
 def smem_bytes(p, dtype: str, acc: str) -> int:
     size = CUDA_TYPES[dtype][1]
     stage = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * size
-    staging = p["TMA_STORE"] * p["CONSUMERS"] * 2 * C_BOX_ROWS * SWIZZLE_BYTES  # two C boxes per consumer
+    staging = p["TMA_STORE"] * p["CONSUMERS"] * p["EPI_BOXES"] * C_BOX_ROWS * SWIZZLE_BYTES  # C boxes per consumer
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers;
     # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival
     return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"] + (16 if p["SPLIT_K"] != 1 else 0)
@@ -191,6 +191,8 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
         block_swizzle_param(2048),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
         flag("PINGPONG", "the two consumers take whole tiles in turn: one's epilogue overlaps the other's MMAs", 0),
+        Param("EPI_BOXES", 2, "C staging boxes (64 rows × 128 bytes) per consumer for the TMA-store epilogue: "
+              "a box is refilled once the store that read it is done", lo=2, hi=8),
         Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
               "fills (templates/common/cluster.cuh)", choices=(1, 2)),
     )
