@@ -11,7 +11,8 @@
 """
 from .api import CUBLAS, Kernel, Plan, default_variant, gemm, get, matmul, plan, render, variants
 from .measure.tune import tune
-from .scaled import dequantize, quantize, scaled_mm, scaled_plan
+from .fp8 import dequantize, quantize
+from .scaled import scaled_mm, scaled_plan
 from .grouped import grouped_matmul
 from .errors import (CatalogueError, CompileError, CompilerNotFoundError, ConfigError, CupyGemmError,
                      DeviceError, DTypeError, InputError, UnknownVariantError)

@@ -10,7 +10,8 @@ Quantising divides each element by its group's scale, scale = amax / FORMAT_MAX 
 zeros), and rounds to the nearest fp8 value, ties to even, saturating at ±FORMAT_MAX. The layout of the
 result is the one cupy_gemm.scaled_mm wants for the operand the scaling implies: per-row and 1×128 scales
 belong to A (M×K, row-major), per-column and 128×128 scales to B (K×N, column-major: the transpose of an
-(N×K) C-contiguous array). Everything here but `load_quantize_kernels` runs without a GPU.
+(N×K) C-contiguous array). Everything here but `load_quantize_kernels`, `quantize` and `dequantize`
+runs without a GPU.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from .errors import DTypeError, InputError
+from .operands import require_cupy
 
 FORMATS = ("e4m3", "e5m2")
 FORMAT_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
@@ -124,3 +126,63 @@ def load_quantize_kernels(fmt: str, dtype: str, device_id: int):
     with cupy.cuda.Device(device_id):
         module = cupy.RawModule(code=quantize_source(fmt, dtype), options=compile_options(), backend="nvrtc")
         return module.get_function("group_amax"), module.get_function("quantize_groups")
+
+
+def quantize(x, format="e4m3", scaling="tensor"):
+    """(q, scales): x (fp32, fp16 or bf16, 2-D) as fp8 bytes in `format` with float32 scales, so that
+    dequantize(q, scales) ≈ x. scaling: "tensor", "row" (of an A), "col" (of a B), (1, 128) (A's blocks
+    along K) or (128, 128) (B's blocks); q comes in the layout scaled_mm wants for that operand."""
+    import cupy
+    require_cupy(x, "x")
+    fmt = check_format(format)
+    dtype = input_dtype_name(x.dtype)
+    column_major = x.ndim == 2 and x.flags.f_contiguous and not x.flags.c_contiguous
+    layout = quantize_layout(x.shape, scaling, column_major)
+    with cupy.cuda.Device(x.device.id):
+        work = cupy.ascontiguousarray(x.T if layout.transpose else x)
+        q = cupy.empty((layout.rows, layout.cols), dtype=np.uint8)
+        scales = cupy.ones(layout.groups, dtype=np.float32)
+        if q.size:
+            amax_kernel, quantize_kernel = load_quantize_kernels(fmt, dtype, x.device.id)
+            amax = cupy.zeros(layout.groups, dtype=np.uint32)
+            dims = (np.int32(layout.rows), np.int32(layout.cols), np.int32(layout.group_rows),
+                    np.int32(layout.group_cols))
+            segments = layout.rows * layout.groups[1]
+            amax_kernel((-(-segments * 32 // 256),), (256,), (work, amax, *dims))
+            blocks = min(-(-q.size // 256), 65535)
+            quantize_kernel((blocks,), (256,), (work, amax, scales, q, *dims))
+        scales = scales.reshape(layout.scale_shape)
+        if scaling in ((1, BLOCK), [1, BLOCK]):  # stored [K-block][M], the layout the kernel reads: no copy then
+            scales = cupy.asfortranarray(scales)
+    return (q.T if layout.transpose else q), scales
+
+
+def dequantize(q, scales, format="e4m3"):
+    """float32 values of fp8 bytes q times their scales (any shape quantize or scaled_mm takes: one per
+    tensor, per row (M, 1), per column (1, N), A's (M, ceil(K/128)) or B's (ceil(N/128), ceil(K/128)),
+    the last told apart from A's by q's column-major layout)."""
+    import cupy
+    require_cupy(q, "q")
+    require_cupy(scales, "scales")
+    if q.dtype != np.uint8 or q.ndim != 2:
+        raise DTypeError(f"q must be a 2-D uint8 array of fp8 bytes; got {q.ndim}-D {q.dtype}")
+    with cupy.cuda.Device(q.device.id):
+        values = cupy.asarray(decode_table(check_format(format)))[q]
+        return values * expand_scales(scales, q.shape, q.flags.f_contiguous and not q.flags.c_contiguous)
+
+
+def expand_scales(scales, shape, column_major: bool):
+    """scales broadcast (or repeated over their blocks) to a (R, C) matrix's shape."""
+    r, c = shape
+    s = scales.astype(np.float32)
+    if s.size == 1:
+        return s.reshape(1, 1)
+    if s.shape in ((r, 1), (1, c)):
+        return s
+    blocks_a, blocks_b = (r, -(-c // BLOCK)), (-(-c // BLOCK), -(-r // BLOCK))
+    if s.shape == blocks_b and (column_major or s.shape != blocks_a):
+        return s.T.repeat(BLOCK, axis=0).repeat(BLOCK, axis=1)[:r, :c]
+    if s.shape == blocks_a:
+        return s.repeat(BLOCK, axis=1)[:, :c]
+    raise InputError(f"scales of shape {tuple(s.shape)} do not fit a {r}×{c} matrix: expected one value, ({r}, 1), "
+                     f"(1, {c}), ({r}, {blocks_a[1]}) or, column-major, {blocks_b}")

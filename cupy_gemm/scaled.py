@@ -1,4 +1,4 @@
-"""FP8 on CuPy arrays: scaled_mm, quantize, dequantize.
+"""FP8 products on CuPy arrays: scaled_mm and scaled_plan (quantize and dequantize are in fp8.py).
 
 fp8 operands are uint8 arrays with a format name ("e4m3" or "e5m2"). scaled_mm follows torch._scaled_mm:
 a (M×K) row-major, b (K×N) column-major (the transpose of an (N×K) C-contiguous array), float32 scales,
@@ -18,13 +18,15 @@ out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where 
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
 
 from . import fp8, launch, operands, registry
 from .errors import DTypeError, InputError
-from .fp8 import BLOCK, FORMAT_MAX, check_format, decode_table, quantize_layout  # noqa: F401
+from .fp8 import BLOCK, check_format
 from .operands import require_cupy
 
 FAMILY = "wgmma_fp8"
@@ -160,117 +162,131 @@ def _output(out, m: int, n: int, out_dtype: str, device):
         return cupy.empty((m, width), dtype=out_dtype), width, target
 
 
+class _Plan:
+    """Every check and choice of one call geometry: the shapes, strides, dtypes, devices and 16-byte
+    alignment of the operands, the scales and `out`, the formats, the output type and the variant.
+    run() multiplies any arrays of that geometry; where the kernel reads them in place, the packed
+    arguments (whose tensor maps embed addresses) are kept by address."""
+
+    def __init__(self, a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant):
+        import cupy
+        for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+            require_cupy(x, name)
+        self.out_dtype = out_dtype = np.dtype(out_dtype).name
+        m, n, k, modes = check_operands(a, b, scale_a, scale_b, format_a, format_b, out_dtype)
+        devices = {x.device.id for x in (a, b, scale_a, scale_b)}
+        if len(devices) > 1:
+            raise InputError(f"a, b and the scales must be on one GPU; they are on GPUs {sorted(devices)}")
+        self.variant, self.mode = check_variant(variant, format_a, format_b, modes, out_dtype)
+        self.device = device = cupy.cuda.Device(a.device.id)
+        self.m, self.n, self.k = m, n, k
+        self.product = None
+        if m and n and k:
+            with device:
+                kernel, _ = launch.load(self.variant, device)  # compile and load now: errors surface here
+                cfg = launch.launch_config(self.variant, m, n, k, launch.sm_count(device),
+                                           clusters=launch.cluster_slots(self.variant, kernel, device))
+            self.product = launch.Launch(kernel, cfg, (), self.variant, device, (m, n, k),
+                                         pdl=launch.uses_pdl(self.variant, device))
+        # operands the kernel reads where they lie give the same arguments for the same addresses
+        self.in_place = (k % K_ALIGN == 0 and _tma_ready(a, m, k, 1) is not None
+                         and _tma_ready(b.T, n, k, 1) is not None and self.mode != "block"
+                         and scale_a.flags.c_contiguous and scale_b.flags.c_contiguous)
+        self.packed: OrderedDict = OrderedDict()
+
+    def output(self, out):
+        """(array the kernel writes, its row stride, array to copy it into afterwards or None)."""
+        return _output(out, self.m, self.n, self.out_dtype, self.device)
+
+    def _arguments(self, a, b, scale_a, scale_b, target, ldc):
+        """The kernel's arguments for the operands as they are now (copied where the kernel needs it)."""
+        v, m, n, k = self.variant, self.m, self.n, self.k
+        a_k, lda = _k_major(a, m, k)
+        b_k, ldb = _k_major(b.T, n, k)
+        return self.product.pack(v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, self.mode, "a"),
+                                                    _kernel_scales(scale_b, self.mode, "b"), m, n, a_k.shape[1],
+                                                    lda, ldb, ldc))
+
+    def run(self, a, b, scale_a, scale_b, target, ldc, copy_into) -> None:
+        if not (self.m and self.n):
+            return
+        with self.device:
+            if self.product is None:  # K = 0
+                target.fill(0)
+            elif self.in_place:
+                where = (a.data.ptr, b.data.ptr, scale_a.data.ptr, scale_b.data.ptr, target.data.ptr)
+                with _lock:
+                    packed = self.packed.get(where)
+                    if packed is not None:
+                        self.packed.move_to_end(where)
+                if packed is None:
+                    packed = self._arguments(a, b, scale_a, scale_b, target, ldc)
+                    with _lock:
+                        self.packed[where] = packed
+                        if len(self.packed) > ADDRESSES:
+                            self.packed.popitem(last=False)
+                self.product.launch(packed)
+            else:
+                self.product.launch(self._arguments(a, b, scale_a, scale_b, target, ldc))
+            if copy_into is not None:
+                copy_into[...] = target[:, :self.n]
+
+
+PLANS = 64  # call geometries scaled_mm keeps (least recently used dropped)
+ADDRESSES = 64  # packed argument tuples a plan keeps by address
+_plans: OrderedDict = OrderedDict()
+_lock = threading.Lock()
+
+
+def _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant):
+    """What _Plan's checks and choices depend on, or None where a call must take the whole path (an
+    argument that is not a CuPy array, a variant given as an object)."""
+    import cupy
+    arrays = (a, b, scale_a, scale_b) if out is None else (a, b, scale_a, scale_b, out)
+    if any(type(x) is not cupy.ndarray for x in arrays) or not isinstance(variant, (str, type(None))):
+        return None
+    return (format_a, format_b, out_dtype, variant, out is None,
+            *[(x.shape, x.strides, x.dtype, x.device.id, x.data.ptr % 16) for x in arrays])
+
+
 def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,
               variant=None):
     """(scale_a ∘ a) · (scale_b ∘ b) for fp8 a (M×K uint8, row-major) and b (K×N uint8, column-major),
     fp32 accumulation, as out_dtype. See the module docstring for the scale shapes and where this
-    differs from torch._scaled_mm. variant: a wgmma_fp8 catalogue name or Kernel, or None."""
-    return scaled_plan(a, b, scale_a, scale_b, format_a=format_a, format_b=format_b, out_dtype=out_dtype,
-                       out=out, variant=variant)()
+    differs from torch._scaled_mm. variant: a wgmma_fp8 catalogue name or Kernel, or None.
+    A repeated geometry reuses its plan: checked and chosen once (scaled_plan holds one explicitly)."""
+    key = _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
+    with _lock:
+        plan = _plans.get(key) if key is not None else None
+        if plan is not None:
+            _plans.move_to_end(key)
+    if plan is None:
+        plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
+        if key is not None:
+            with _lock:
+                _plans[key] = plan
+                if len(_plans) > PLANS:
+                    _plans.popitem(last=False)
+    target, ldc, copy_into = plan.output(out)
+    plan.run(a, b, scale_a, scale_b, target, ldc, copy_into)
+    return copy_into if copy_into is not None else target
 
 
 def scaled_plan(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,
                 variant=None):
     """scaled_mm with every check and choice made now: calling the result runs the product (reading the
     operands and scales as they are then) and returns the output array, the same one every call."""
-    import cupy
-    for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
-        require_cupy(x, name)
-    out_dtype = np.dtype(out_dtype).name
-    m, n, k, modes = check_operands(a, b, scale_a, scale_b, format_a, format_b, out_dtype)
-    devices = {x.device.id for x in (a, b, scale_a, scale_b)}
-    if len(devices) > 1:
-        raise InputError(f"a, b and the scales must be on one GPU; they are on GPUs {sorted(devices)}")
-    v, mode = check_variant(variant, format_a, format_b, modes, out_dtype)
-    device = cupy.cuda.Device(a.device.id)
-    target, ldc, copy_into = _output(out, m, n, out_dtype, device)
+    plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
+    target, ldc, copy_into = plan.output(out)
     result = copy_into if copy_into is not None else target
-    if m == 0 or n == 0:
-        return lambda: result
-    if k > 0:
-        with device:
-            kernel, _ = launch.load(v, device)  # compile and load now: errors surface here
-            cfg = launch.launch_config(v, m, n, k, launch.sm_count(device), clusters=launch.cluster_slots(v, kernel, device))
-        product = launch.Launch(kernel, cfg, (), v, device, (m, n, k), pdl=launch.uses_pdl(v, device))
-
-    def arguments():
-        """The kernel's arguments for the operands as they are now (copied where the kernel needs it)."""
-        a_k, lda = _k_major(a, m, k)
-        b_k, ldb = _k_major(b.T, n, k)
-        return product.pack(v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, mode, "a"),
-                                               _kernel_scales(scale_b, mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc))
-    # operands the kernel reads where they lie give the same arguments every call: packed once
-    in_place = (k > 0 and k % K_ALIGN == 0 and _tma_ready(a, m, k, 1) is not None and _tma_ready(b.T, n, k, 1) is not None
-                and mode != "block" and scale_a.flags.c_contiguous and scale_b.flags.c_contiguous)
-    packed = arguments() if in_place else None
 
     def run():
-        with device:
-            if k == 0:
-                target.fill(0)
-            else:
-                product.launch(packed if packed is not None else arguments())
-            if copy_into is not None:
-                copy_into[...] = target[:, :n]
+        plan.run(a, b, scale_a, scale_b, target, ldc, copy_into)
         return result
     return run
 
 
-def quantize(x, format="e4m3", scaling="tensor"):
-    """(q, scales): x (fp32, fp16 or bf16, 2-D) as fp8 bytes in `format` with float32 scales, so that
-    dequantize(q, scales) ≈ x. scaling: "tensor", "row" (of an A), "col" (of a B), (1, 128) (A's blocks
-    along K) or (128, 128) (B's blocks); q comes in the layout scaled_mm wants for that operand."""
-    import cupy
-    require_cupy(x, "x")
-    fmt = check_format(format)
-    dtype = fp8.input_dtype_name(x.dtype)
-    column_major = x.ndim == 2 and x.flags.f_contiguous and not x.flags.c_contiguous
-    layout = quantize_layout(x.shape, scaling, column_major)
-    with cupy.cuda.Device(x.device.id):
-        work = cupy.ascontiguousarray(x.T if layout.transpose else x)
-        q = cupy.empty((layout.rows, layout.cols), dtype=np.uint8)
-        scales = cupy.ones(layout.groups, dtype=np.float32)
-        if q.size:
-            amax_kernel, quantize_kernel = fp8.load_quantize_kernels(fmt, dtype, x.device.id)
-            amax = cupy.zeros(layout.groups, dtype=np.uint32)
-            dims = (np.int32(layout.rows), np.int32(layout.cols), np.int32(layout.group_rows),
-                    np.int32(layout.group_cols))
-            segments = layout.rows * layout.groups[1]
-            amax_kernel((-(-segments * 32 // 256),), (256,), (work, amax, *dims))
-            blocks = min(-(-q.size // 256), 65535)
-            quantize_kernel((blocks,), (256,), (work, amax, scales, q, *dims))
-        scales = scales.reshape(layout.scale_shape)
-        if scaling in ((1, BLOCK), [1, BLOCK]):  # stored [K-block][M], the layout the kernel reads: no copy then
-            scales = cupy.asfortranarray(scales)
-    return (q.T if layout.transpose else q), scales
-
-
-def dequantize(q, scales, format="e4m3"):
-    """float32 values of fp8 bytes q times their scales (any shape quantize or scaled_mm takes: one per
-    tensor, per row (M, 1), per column (1, N), A's (M, ceil(K/128)) or B's (ceil(N/128), ceil(K/128)),
-    the last told apart from A's by q's column-major layout)."""
-    import cupy
-    require_cupy(q, "q")
-    require_cupy(scales, "scales")
-    if q.dtype != np.uint8 or q.ndim != 2:
-        raise DTypeError(f"q must be a 2-D uint8 array of fp8 bytes; got {q.ndim}-D {q.dtype}")
-    with cupy.cuda.Device(q.device.id):
-        values = cupy.asarray(decode_table(check_format(format)))[q]
-        return values * expand_scales(scales, q.shape, q.flags.f_contiguous and not q.flags.c_contiguous)
-
-
-def expand_scales(scales, shape, column_major: bool):
-    """scales broadcast (or repeated over their blocks) to a (R, C) matrix's shape."""
-    r, c = shape
-    s = scales.astype(np.float32)
-    if s.size == 1:
-        return s.reshape(1, 1)
-    if s.shape in ((r, 1), (1, c)):
-        return s
-    blocks_a, blocks_b = (r, -(-c // BLOCK)), (-(-c // BLOCK), -(-r // BLOCK))
-    if s.shape == blocks_b and (column_major or s.shape != blocks_a):
-        return s.T.repeat(BLOCK, axis=0).repeat(BLOCK, axis=1)[:r, :c]
-    if s.shape == blocks_a:
-        return s.repeat(BLOCK, axis=1)[:, :c]
-    raise InputError(f"scales of shape {tuple(s.shape)} do not fit a {r}×{c} matrix: expected one value, ({r}, 1), "
-                     f"(1, {c}), ({r}, {blocks_a[1]}) or, column-major, {blocks_b}")
+def clear() -> None:
+    """Forget scaled_mm's plans (the tests use it; a process never needs to)."""
+    with _lock:
+        _plans.clear()

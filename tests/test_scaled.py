@@ -174,11 +174,11 @@ def test_decode_table_matches_ml_dtypes():
 
 def test_expand_scales_to_blocks():
     a_blocks = np.arange(6, dtype=np.float32).reshape(3, 2)  # A (3×200): 1×128 blocks
-    full = scaled.expand_scales(a_blocks, (3, 200), column_major=False)
+    full = fp8.expand_scales(a_blocks, (3, 200), column_major=False)
     assert full.shape == (3, 200) and full[2, 127] == 4 and full[2, 128] == 5
     b_blocks = np.arange(6, dtype=np.float32).reshape(3, 2)  # B (200×300), [N-block][K-block]
-    full = scaled.expand_scales(b_blocks, (200, 300), column_major=True)
+    full = fp8.expand_scales(b_blocks, (200, 300), column_major=True)
     assert full.shape == (200, 300) and full[127, 255] == 2 and full[128, 256] == 5 and full[0, 299] == 4
-    assert scaled.expand_scales(np.ones((3, 1), np.float32), (3, 7), False).shape == (3, 1)
+    assert fp8.expand_scales(np.ones((3, 1), np.float32), (3, 7), False).shape == (3, 1)
     with pytest.raises(InputError, match="do not fit a 3×200 matrix"):
-        scaled.expand_scales(np.ones((2, 2), np.float32), (3, 200), False)
+        fp8.expand_scales(np.ones((2, 2), np.float32), (3, 200), False)

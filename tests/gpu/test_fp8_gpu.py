@@ -151,6 +151,36 @@ def test_plan_reads_the_operands_when_called(monkeypatch, mode, k):
     assert len(encoded) == (3 if in_place else 6)
 
 
+def test_scaled_mm_keeps_a_plan_per_geometry(monkeypatch):
+    """scaled_mm plans a call geometry once: other arrays of that geometry are read, not the first ones;
+    the same arrays again encode no tensor maps; a base off 16 bytes (same shape and strides, which the
+    kernel cannot read in place) is another geometry, copied, and still right."""
+    scaled.clear()
+    encoded = []
+    real = tma.tensor_map_2d
+    monkeypatch.setattr(tma, "tensor_map_2d", lambda *args, **kw: encoded.append(1) or real(*args, **kw))
+    m, n, k = 200, 136, 256
+    sa, sb = random_scales("tensor", m, n, k, 9)
+    for seed in (1, 2):
+        a, b = random_fp8((m, k), "e4m3", seed), random_fp8((k, n), "e4m3", seed + 10, column_major=True)
+        assert check(cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32"), a, b, sa, sb, "e4m3", "e4m3", k,
+                     "float32").ok
+    assert len(scaled._plans) == 1
+    out = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+    cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32", out=out)
+    encoded.clear()
+    a[...] = random_fp8((m, k), "e4m3", 5)
+    out.fill(cupy.nan)
+    assert cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32", out=out) is out
+    assert not encoded and check(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
+    flat = random_fp8((1, m * k + 16), "e4m3", 6)[0]
+    shifted = flat[8:8 + m * k].reshape(m, k)
+    assert shifted.strides == a.strides and shifted.data.ptr % 16 == 8
+    assert check(cupy_gemm.scaled_mm(shifted, b, sa, sb, out_dtype="float32"), shifted, b, sa, sb, "e4m3", "e4m3",
+                 k, "float32").ok
+    assert len(scaled._plans) == 3
+
+
 def test_empty_k_gives_zeros():
     a, b = cupy.zeros((5, 0), cupy.uint8), cupy.zeros((0, 7), cupy.uint8)
     sa, sb = cupy.ones((), cupy.float32), cupy.ones((1,), cupy.float32)
