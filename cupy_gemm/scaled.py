@@ -172,7 +172,11 @@ class _Plan:
         import cupy
         for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
             require_cupy(x, name)
-        self.out_dtype = out_dtype = np.dtype(out_dtype).name
+        try:
+            out_dtype = np.dtype(out_dtype).name
+        except TypeError:  # not a dtype NumPy knows: check_operands names the ones it takes
+            out_dtype = str(out_dtype)
+        self.out_dtype = out_dtype
         m, n, k, modes = check_operands(a, b, scale_a, scale_b, format_a, format_b, out_dtype)
         devices = {x.device.id for x in (a, b, scale_a, scale_b)}
         if len(devices) > 1:
@@ -239,14 +243,20 @@ _lock = threading.Lock()
 
 
 def _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant):
-    """What _Plan's checks and choices depend on, or None where a call must take the whole path (an
-    argument that is not a CuPy array, a variant given as an object)."""
+    """What _Plan's checks and choices depend on, or None where a call must take the whole path, whose
+    checks say what is wrong (an argument that is not a CuPy array, a variant given as an object, a format
+    or out_dtype that cannot be a key)."""
     import cupy
     arrays = (a, b, scale_a, scale_b) if out is None else (a, b, scale_a, scale_b, out)
     if any(type(x) is not cupy.ndarray for x in arrays) or not isinstance(variant, (str, type(None))):
         return None
-    return (format_a, format_b, out_dtype, variant, out is None,
-            *[(x.shape, x.strides, x.dtype, x.device.id, x.data.ptr % 16) for x in arrays])
+    key = (format_a, format_b, out_dtype, variant, out is None,
+           *[(x.shape, x.strides, x.dtype, x.device.id, x.data.ptr % 16) for x in arrays])
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,

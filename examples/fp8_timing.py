@@ -89,8 +89,8 @@ def time_shape(m, n, k, args, l2_bytes):
 
 def host_cost(size=256, calls=2000):
     """Wall time per call of `calls` back-to-back calls closed by one synchronisation, at a size whose GPU
-    time is shorter than a call's host work: scaled_mm (checks every call), a scaled_plan's call (checked
-    once, arguments packed once) and torch._scaled_mm."""
+    time is shorter than a call's host work: scaled_mm (its plan looked up by call geometry), a
+    scaled_plan's call (planned once, arguments packed once) and torch._scaled_mm."""
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(size, size, device="cuda", generator=g).to(torch.float8_e4m3fn)
     b_t = torch.randn(size, size, device="cuda", generator=g).to(torch.float8_e4m3fn)

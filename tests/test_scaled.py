@@ -6,6 +6,7 @@ import pytest
 import cupy_gemm
 from cupy_gemm import fp8, scaled, toolkit
 from cupy_gemm.errors import DTypeError, InputError
+from fake_gpu import gpu  # noqa: F401  (the fixture)
 
 try:
     import ml_dtypes
@@ -182,3 +183,24 @@ def test_expand_scales_to_blocks():
     assert fp8.expand_scales(np.ones((3, 1), np.float32), (3, 7), False).shape == (3, 1)
     with pytest.raises(InputError, match="do not fit a 3×200 matrix"):
         fp8.expand_scales(np.ones((2, 2), np.float32), (3, 200), False)
+
+
+def test_scaled_mm_plans_are_keyed_by_geometry(gpu):
+    """scaled_mm's plan key: equal for other arrays of the same shapes, strides, dtypes, devices and
+    16-byte alignment, different where the alignment or `out` differs; no key (the checked path) for a
+    NumPy operand or a format that cannot be hashed, whose checks then say what is wrong."""
+    def call(offset=0, fmt="e4m3", out=None, a=None):
+        a = gpu.array((64, 32), "uint8", offset=offset) if a is None else a
+        b = gpu.array((48, 32), "uint8").T
+        return scaled._geometry(a, b, gpu.array((), "float32"), gpu.array((1,), "float32"), fmt, "e4m3",
+                                "bfloat16", out, None)
+    key = call()
+    assert key is not None and key == call()
+    assert call(offset=8) != key and call(out=gpu.array((64, 48), "float16")) != key
+    assert call(fmt=["e4m3"]) is None and call(a=np.zeros((64, 32), np.uint8)) is None
+    a, b, sa, sb = gpu.array((64, 32), "uint8"), gpu.array((48, 32), "uint8").T, gpu.array((), "float32"), \
+        gpu.array((1,), "float32")
+    with pytest.raises(InputError, match="format"):
+        cupy_gemm.scaled_mm(a, b, sa, sb, format_a=["e4m3"], out_dtype="float32")
+    with pytest.raises(DTypeError, match="out_dtype must be one of"):
+        cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="fp9")
