@@ -90,9 +90,7 @@ def _remember(key, entry) -> None:
     if key is None:
         return
     with prepared._lock:
-        _entries[key] = entry
-        while len(_entries) > ENTRIES:
-            _entries.popitem(last=False)
+        prepared.keep(_entries, key, entry, ENTRIES)
 
 
 def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype):
@@ -118,9 +116,8 @@ def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogu
         where = (a.data.ptr, b.data.ptr, out.data.ptr)
         args = addresses.get(where)
         if args is None:
-            args = addresses[where] = run.pack(run.rebind(member(a3), member(b3), member(full)))
-            while len(addresses) > prepared.ADDRESSES:
-                addresses.popitem(last=False)
+            args = prepared.keep(addresses, where, run.pack(run.rebind(member(a3), member(b3), member(full))),
+                                 prepared.ADDRESSES)
     if epilogue is not None:
         args = run.with_epilogue(epilogue.pack(values, plan.m, plan.n), args)
     run.launch(args)

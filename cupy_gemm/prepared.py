@@ -29,6 +29,15 @@ _lock = threading.Lock()
 _entries: OrderedDict = OrderedDict()
 
 
+def keep(cache: OrderedDict, key, value, most: int):
+    """cache[key] = value, the oldest entries dropped beyond `most`; returns value. The caches of call
+    geometries (here, batched.py, scaled.py) and of argument tuples by address share it."""
+    cache[key] = value
+    while len(cache) > most:
+        cache.popitem(last=False)
+    return value
+
+
 class Prepared:
     """One call geometry with its variant decided. run() serves any arrays with the geometry's key; the
     first run that needs no copy records the launch, later ones reuse it with the new addresses."""
@@ -109,9 +118,7 @@ class Prepared:
         return out
 
     def _remember(self, where, args):
-        self.addresses[where] = args
-        while len(self.addresses) > ADDRESSES:
-            self.addresses.popitem(last=False)
+        keep(self.addresses, where, args, ADDRESSES)
 
 
 def cublas(a, b, out, alpha, beta):
@@ -171,9 +178,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         result = entry.run(a, b, c, out, values)
     if key is not None:
         with _lock:
-            _entries[key] = entry
-            while len(_entries) > ENTRIES:
-                _entries.popitem(last=False)
+            keep(_entries, key, entry, ENTRIES)
     return result
 
 

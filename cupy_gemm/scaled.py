@@ -28,6 +28,7 @@ from . import fp8, launch, operands, registry
 from .errors import DTypeError, InputError
 from .fp8 import BLOCK, check_format
 from .operands import require_cupy
+from .prepared import keep
 
 FAMILY = "wgmma_fp8"
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -219,16 +220,9 @@ class _Plan:
                 target.fill(0)
             elif self.in_place:
                 where = (a.data.ptr, b.data.ptr, scale_a.data.ptr, scale_b.data.ptr, target.data.ptr)
-                with _lock:
-                    packed = self.packed.get(where)
-                    if packed is not None:
-                        self.packed.move_to_end(where)
+                packed = self.packed.get(where)
                 if packed is None:
-                    packed = self._arguments(a, b, scale_a, scale_b, target, ldc)
-                    with _lock:
-                        self.packed[where] = packed
-                        if len(self.packed) > ADDRESSES:
-                            self.packed.popitem(last=False)
+                    packed = keep(self.packed, where, self._arguments(a, b, scale_a, scale_b, target, ldc), ADDRESSES)
                 self.product.launch(packed)
             else:
                 self.product.launch(self._arguments(a, b, scale_a, scale_b, target, ldc))
@@ -237,7 +231,7 @@ class _Plan:
 
 
 PLANS = 64  # call geometries scaled_mm keeps (least recently used dropped)
-ADDRESSES = 64  # packed argument tuples a plan keeps by address
+ADDRESSES = 64  # packed argument tuples a plan keeps by address (the oldest dropped)
 _plans: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 
@@ -266,17 +260,17 @@ def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_d
     differs from torch._scaled_mm. variant: a wgmma_fp8 catalogue name or Kernel, or None.
     A repeated geometry reuses its plan: checked and chosen once (scaled_plan holds one explicitly)."""
     key = _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
-    with _lock:
-        plan = _plans.get(key) if key is not None else None
-        if plan is not None:
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None:
+        try:
             _plans.move_to_end(key)
-    if plan is None:
+        except KeyError:  # another thread dropped it meanwhile: it still serves this call
+            pass
+    else:
         plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
         if key is not None:
             with _lock:
-                _plans[key] = plan
-                if len(_plans) > PLANS:
-                    _plans.popitem(last=False)
+                keep(_plans, key, plan, PLANS)
     target, ldc, copy_into = plan.output(out)
     plan.run(a, b, scale_a, scale_b, target, ldc, copy_into)
     return copy_into if copy_into is not None else target
