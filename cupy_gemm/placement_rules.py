@@ -4,8 +4,8 @@ table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands l
 - unaligned: when the variant chosen would copy the operands for its family's alignment (zero-padded K or N,
   or a view off its vectors) and the copies an `unaligned` entry saves cost at least as much as the product
   itself (the copies' traffic >= COPY_SHARE × kernel_cost), the first such entry, which reads them in place.
-- b_layout: a wgmma_tf32_rowb entry (tables are measured on row-major operands) would copy a column-major B
-  (x @ W.T with W kept N×K) row-major: the wgmma_tf32 entry of the nearest tile reads it in place instead.
+- b_layout: a wgmma_tf32_rowb or wgmma_tf32_swap entry (tables are measured on row-major operands) would copy
+  a column-major B (x @ W.T with W kept N×K) row-major: the wgmma_tf32 entry of the nearest tile reads it in place instead.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
 
 
 # a family whose entries copy a B of the other layout -> the family that reads that layout in place
-B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32"}
+B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32"}
 
 
 def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:

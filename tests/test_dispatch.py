@@ -201,11 +201,11 @@ def test_a_plain_entry_of_a_split_k_family_is_no_split_k_candidate(roles):
 
 def test_tf32_splits_k_reading_b_in_place():
     """Small-M, deep-K TF32 splits K on entries that read a row-major B in place (the wgmma_tf32 ones copy
-    it K-major on every call): wgmma_tf32_rowb on Hopper, mma.sync on Ampere; float16 and bfloat16 keep
+    it K-major on every call): wgmma_tf32_swap on Hopper, mma.sync on Ampere; float16 and bfloat16 keep
     wgmma on Hopper and split K on mma.sync where wgmma does not run."""
     hopper, ampere = Gpu("unknown GPU", 90), Gpu("unknown GPU", 80, 108)
     for shape in [(128, 4096, 11008), (64, 7168, 2048), (32, 4096, 4096)]:
-        for gpu_, family in ((hopper, "wgmma_tf32_rowb"), (ampere, "mma")):
+        for gpu_, family in ((hopper, "wgmma_tf32_swap"), (ampere, "mma")):
             v = registry.lookup(dispatch.choose(gpu_, "tf32", *shape).variant)
             assert v.family.name == family and v.acc == "tf32" and v.params["SPLIT_K"] == 0, (gpu_, shape)
     for key in ("float16", "bfloat16"):
