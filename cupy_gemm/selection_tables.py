@@ -45,6 +45,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 _ENTRY_KEYS = {"dtype", "m", "n", "k", "variant", "median_ms", "layout"}
+# A tile of at most this many rows of C is a decode specialist: it is filed only for shapes with no more rows
+# than it has. An entry answers problems up to twice its M, and where a 16-row tile won at 512³ (H100 tf32:
+# more blocks on the GPU, 6.6 µs against 7.6) it ran 1.7× slower than cuBLAS at 1024³.
+FEW_ROWS = 16
 
 
 def _same_gpu_name(name: str) -> str:
@@ -101,7 +105,7 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
                        sm_count: int | None = None, command: str = "", date: str | None = None,
                        cupy_version: str | None = None, nvrtc_version: str | None = None) -> dict:
     """A table from measured results: per (dtype key, layout, shape) the catalogue variant with the smallest
-    median. A record is a dict with dtype, m, n, k (or M, N, K), variant and median_ms (or time_ms), and
+    median (a tile of at most FEW_ROWS rows only where M fits in it). A record is a dict with dtype, m, n, k (or M, N, K), variant and median_ms (or time_ms), and
     may have acc ("tf32" files it under the tf32 key), layout, status (only "ok" counts), device_name and
     arch (results.Record's fields, so `dataclasses.asdict` of sweep or bench records will do)."""
     best: dict[tuple, dict] = {}
@@ -113,6 +117,9 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
             continue  # baselines (cublas), swept points outside the catalogue and failures cannot be dispatched
         key = "tf32" if r.get("acc") == "tf32" else r["dtype"]
         shape = tuple(int(r[d] if d in r else r[d.upper()]) for d in "mnk")
+        rows = catalogue[name].family.tile(catalogue[name].params)[0]
+        if rows <= FEW_ROWS < shape[0] and catalogue[name].family.max_rows is None:
+            continue  # a decode specialist at a shape of more rows (skinny families swap operands instead)
         slot = (key, r.get("layout", "row"), shape)
         if slot not in best or median < best[slot]["median_ms"]:
             best[slot] = {"dtype": key, "m": shape[0], "n": shape[1], "k": shape[2], "variant": name,

@@ -294,6 +294,17 @@ def test_table_from_results_round_trips(monkeypatch):
     assert from_records["gpu"] == {"name": "NVIDIA H200", "cc": 90}
 
 
+def test_a_few_row_tile_is_filed_only_where_m_fits_it():
+    """A 16-row tile that wins at 512³ would answer 1024³ too, where its narrow wgmma loses to big tiles:
+    the table files it only for shapes of at most its rows; skinny families (which swap operands) stay."""
+    few, big = "sgemm_wgmma_m64n16k8_tf32_swap_tile16x128_stages10_ws2_splitk", "sgemm_wgmma_m64n256k8_tf32_stages3_ws2"
+    records = [{"dtype": "float32", "acc": "tf32", "m": m, "n": 512, "k": 512, "variant": name, "median_ms": ms}
+               for m in (16, 512) for name, ms in ((few, 0.005), (big, 0.008))]
+    records.append({"dtype": "float32", "m": 512, "n": 8, "k": 4096, "variant": "sgemv_skinny_r8", "median_ms": 0.01})
+    table = dispatch.table_from_results(records, gpu_name=H100.name, cc=90, cupy_version="14.2.0", nvrtc_version="13.0")
+    assert [(e["m"], e["variant"]) for e in table["entries"]] == [(512, "sgemv_skinny_r8"), (16, few), (512, big)]
+
+
 def test_explain_names_the_choice_and_the_reason(table):
     text = dispatch.explain("float16", 16, 4096, 4096, (H100.name, 90))
     assert f"variant: {WGMMA}" in text and "nearest measured shape 16×4096×4096" in text
