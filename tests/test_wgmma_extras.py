@@ -58,7 +58,7 @@ def test_the_extras_only_add_to_the_plain_source(name):
 def test_the_extras_reach_every_store():
     src = render(catalogue()["hgemm_wgmma_m64n256k16_stages4_ws2_splitk"].with_extras(batched=True, epilogue=CUSTOM))
     # the epilogue runs once per element, after the split-K sum, and both store paths store its values
-    body = src[src.index("split_k_arrive(workspace"):]
+    body = src[src.index("split_k_fragments<CONSUMER_THREADS>(acc"):]
     assert body.count("epilogue_in_place(") == 1 and "apply_epilogue" not in body
     assert "st_shared_pair(addr, acc[mi][i], acc[mi][i + 1]);" in body
     assert "acc[mi][4 * j + 2 * h + 1], 1.f, 0.f);" in body

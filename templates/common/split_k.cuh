@@ -54,3 +54,29 @@ __device__ __forceinline__ float split_k_sum(void* workspace, int tiles, int til
         sum += s == my_split ? mine : __ldcg(split_k_partial(workspace, tiles, tile, s, elems) + index);
     return sum;
 }
+
+// The warpgroup kernels' side (templates/wgmma.cu.j2, wgmma_tf32_swap.cu.j2): the THREADS_ consumer threads
+// hold the tile as fragments acc[MI][N], element e = mi * N + i of thread c at e * THREADS_ + c (each warp
+// store 128 contiguous bytes). They store this split's partial and arrive (`sync`: a barrier of those
+// threads only, the producer is already loading the next unit); in the last split acc becomes split_k_sum's
+// sum, in its order, split by split over the whole fragment (its own partial read back: one register
+// array). Returns whether this was the last split, which then stores C.
+template <int THREADS_, int MI, int N, typename Sync>
+__device__ __forceinline__ bool split_k_fragments(float (&acc)[MI][N], void* workspace, int tiles, int tile, int split,
+                                                  int splits, int c, int* flag, Sync sync) {
+    constexpr int ELEMS = MI * N * THREADS_;
+    float* const mine = split_k_partial(workspace, tiles, tile, split, ELEMS) + c;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int i = 0; i < N; ++i) __stcg(mine + (mi * N + i) * THREADS_, acc[mi][i]);
+    if (!split_k_arrive(workspace, tile, splits, c, flag, sync)) return false;
+    for (int s = 0; s < splits; ++s) {
+        const float* const part = split_k_partial(workspace, tiles, tile, s, ELEMS) + c;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int i = 0; i < N; ++i) acc[mi][i] = (s == 0 ? 0.f : acc[mi][i]) + __ldcg(part + (mi * N + i) * THREADS_);
+    }
+    return true;
+}
