@@ -5,7 +5,8 @@ table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands l
   or a view off its vectors) and the copies an `unaligned` entry saves cost at least as much as the product
   itself (the copies' traffic >= COPY_SHARE × kernel_cost), the first such entry, which reads them in place.
 - b_layout: a wgmma_tf32_rowb or wgmma_tf32_swap entry (tables are measured on row-major operands) would copy
-  a column-major B (x @ W.T with W kept N×K) row-major: the wgmma_tf32 entry of the nearest tile reads it in place instead.
+  a column-major B (x @ W.T with W kept N×K) row-major: the wgmma_tf32 entry of the nearest tile reads it in
+  place instead.
 """
 from __future__ import annotations
 

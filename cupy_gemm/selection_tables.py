@@ -105,9 +105,10 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
                        sm_count: int | None = None, command: str = "", date: str | None = None,
                        cupy_version: str | None = None, nvrtc_version: str | None = None) -> dict:
     """A table from measured results: per (dtype key, layout, shape) the catalogue variant with the smallest
-    median (a tile of at most FEW_ROWS rows only where M fits in it). A record is a dict with dtype, m, n, k (or M, N, K), variant and median_ms (or time_ms), and
-    may have acc ("tf32" files it under the tf32 key), layout, status (only "ok" counts), device_name and
-    arch (results.Record's fields, so `dataclasses.asdict` of sweep or bench records will do)."""
+    median (a tile of at most FEW_ROWS rows only where M fits in it). A record is a dict with dtype, m, n, k
+    (or M, N, K), variant and median_ms (or time_ms), and may have acc ("tf32" files it under the tf32 key),
+    layout, status (only "ok" counts), device_name and arch (results.Record's fields, so
+    `dataclasses.asdict` of sweep or bench records will do)."""
     best: dict[tuple, dict] = {}
     catalogue = registry.catalogue()
     for r in records:

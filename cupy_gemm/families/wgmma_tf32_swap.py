@@ -10,9 +10,10 @@ The accumulators are a tile of Cᵀ, stored transposed, straight from registers 
 Since the instruction's N is BM, a few rows of C cost a narrow instruction (m64n16k8 for M = 16) instead
 of a 64-row tile mostly of zeros.
 
-The ABI and tensor maps are `wgmma_tf32_rowb`'s (families/wgmma.py: make_args), TMA_STORE aside: A and C
-row-major, B row-major, 16-byte aligned bases and leading dimensions; the maps have the tf32 data type, so
-the copy engine rounds both operands to tf32 on their way to shared memory.
+The ABI and tensor maps are `wgmma_tf32_rowb`'s (families/wgmma.py: make_args; C's map is passed but unused,
+C being stored from registers): A, B and C row-major, 16-byte aligned bases and leading dimensions; the
+maps of A and B have the tf32 data type, so the copy engine rounds both operands to tf32 on their way to
+shared memory.
 """
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def _rules(p, dtype, acc):
 WGMMA_TF32_SWAP = Family(
     name="wgmma_tf32_swap",
     template="wgmma_tf32_swap.cu.j2",
-    doc="Hopper TF32 with a row-major B read in place: Cᵀ = Bᵀ·Aᵀ, B's rows loaded as wgmma's register operand",
+    doc="Hopper TF32 with a row-major B read in place: Cᵀ = Bᵀ·Aᵀ, Bᵀ's rows loaded as wgmma's register "
+        "operand",
     params=(
         Param("BM", 128, "rows of C per block: the wgmma N", lo=8, hi=256),
         Param("BN", 128, "columns of C per block, split over the consumer warpgroups (64 per m64 tile of Cᵀ)",
