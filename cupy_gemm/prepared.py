@@ -31,10 +31,22 @@ _entries: OrderedDict = OrderedDict()
 
 def keep(cache: OrderedDict, key, value, most: int):
     """cache[key] = value, the oldest entries dropped beyond `most`; returns value. The caches of call
-    geometries (here, batched.py, scaled.py) and of argument tuples by address share it."""
+    geometries (here, batched.py, scaled.py) and of argument tuples by address share it (and `recall`)."""
     cache[key] = value
     while len(cache) > most:
         cache.popitem(last=False)
+    return value
+
+
+def recall(cache: OrderedDict, key):
+    """cache[key], marked the newest, or None (also for key None: arguments that form no key). A thread may
+    drop the entry meanwhile; the value found still serves this call."""
+    value = cache.get(key) if key is not None else None
+    if value is not None:
+        try:
+            cache.move_to_end(key)
+        except KeyError:
+            pass
     return value
 
 
@@ -150,12 +162,8 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
     Variant or "cublas" runs on a miss only."""
     alpha, beta = float(alpha), float(beta)
     key = _key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype)
-    entry = _entries.get(key) if key is not None else None
+    entry = recall(_entries, key)
     if entry is not None:
-        try:
-            _entries.move_to_end(key)
-        except KeyError:  # another thread dropped it meanwhile: it still serves this call
-            pass
         if out is not None:
             operands.check_addresses(a, b, c, out, beta)
         else:

@@ -28,7 +28,7 @@ from . import fp8, launch, operands, registry
 from .errors import DTypeError, InputError
 from .fp8 import BLOCK, check_format
 from .operands import require_cupy
-from .prepared import keep
+from .prepared import keep, recall
 
 FAMILY = "wgmma_fp8"
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -260,13 +260,8 @@ def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_d
     differs from torch._scaled_mm. variant: a wgmma_fp8 catalogue name or Kernel, or None.
     A repeated geometry reuses its plan: checked and chosen once (scaled_plan holds one explicitly)."""
     key = _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
-    plan = _plans.get(key) if key is not None else None
-    if plan is not None:
-        try:
-            _plans.move_to_end(key)
-        except KeyError:  # another thread dropped it meanwhile: it still serves this call
-            pass
-    else:
+    plan = recall(_plans, key)
+    if plan is None:
         plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
         if key is not None:
             with _lock:
