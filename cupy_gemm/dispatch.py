@@ -6,8 +6,9 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
 1. to the GPU's dispatch table (kernels/dispatch/table-*.toml, cupy_gemm/selection_tables.py): the nearest
    measured shape in log space, if it lies within TABLE_REACH of the problem in every dimension;
 2. else to the heuristic, whose candidates per rule are data (kernels/dispatch/candidates.toml):
-   - min(M, N) <= SKINNY_MAX: the product is memory-bound; the `skinny` entry with the fewest rows that
-     still covers the small dimension (the lists stop where split-K measured faster);
+   - min(M, N) <= SKINNY_MAX: the product is memory-bound; the first `skinny` entry in list order that
+     covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
+     always does; else the covering entry with the most blocks). The lists stop where split-K measured faster;
    - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
      deep (the one whose tiles pad C least), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);
@@ -33,6 +34,11 @@ from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
 
 SKINNY_MAX = 16  # M or N at most this: too few rows to reuse B from shared memory, so B's bytes bound it
+# loads in flight over the GPU that keep HBM busy (~3 TB/s × ~1.3 µs): a few-rows entry that does not split K
+# streams B through its blocks' shared-memory rings, so its blocks × ring bytes must reach this. On the H100
+# 64 blocks of an 83 KB ring (5.3 MB) ran 16×4096×4096 at 80% of the copy bandwidth, 32 (2.6 MB) lost to
+# 64 smaller slices of K at 16×2048×7168.
+IN_FLIGHT_BYTES = 4 << 20
 # the big tiles go on unless they would fill less than half the block slots (SMs × resident blocks): on
 # the H100 one wave of 128×256 wgmma tiles on 96 or 112 of 132 SMs (512×6144×4096, 128×28672×8192) beat
 # every split-K and smaller-tile entry by 1.5×, while CUDA-core tiles, 4 to an SM, still gain from splits
@@ -126,9 +132,11 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
     if small <= SKINNY_MAX:
         covering = [v for v in usable["skinny"] if rows_of(v) >= small]
         if covering:
-            best = min(covering, key=rows_of)  # min keeps list order among equal row counts
+            filling = [v for v in covering if v.family.split_k or in_flight_bytes(v, m, n) >= IN_FLIGHT_BYTES]
+            best = filling[0] if filling else max(covering, key=lambda v: tiles_of(v, m, n))  # max: first of equals
+            why = "that keeps HBM busy" if filling else "with the most blocks"
             return Decision(best.name, f"heuristic: min(M, N) = {small} <= {SKINNY_MAX} is memory-bound; the "
-                            f"skinny entry with the fewest rows >= {small} ({rows_of(best)})", tuple(notes))
+                            f"first skinny entry for {rows_of(best)} rows >= {small} {why}", tuple(notes))
         notes.append(f"min(M, N) = {small} <= {SKINNY_MAX} is memory-bound, but no skinny entry for "
                      f"{small} rows runs here")
     sm_count = gpu.sm_count or ASSUMED_SM_COUNT
@@ -197,6 +205,11 @@ def rows_of(v: Variant) -> int:
 def tiles_of(v: Variant, m: int, n: int) -> int:
     bm, bn = v.family.tile(v.params)
     return -(-m // bm) * -(-n // bn)
+
+
+def in_flight_bytes(v: Variant, m: int, n: int) -> int:
+    """Shared memory over v's blocks at m×n: what a streaming kernel that does not split K has in flight."""
+    return tiles_of(v, m, n) * v.family.smem_bytes(v.params, v.dtype, v.acc)
 
 
 def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
@@ -274,4 +287,4 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
 __all__ = ["Gpu", "Decision", "PRECISIONS", "defaults_key", "dtype_key", "candidates", "why_not", "first_default",
            "choose", "explain",
            "gpu_of", "describe_gpu", "rows_of", "tiles_of", "padded_area", "deep_k", "table_from_results", "format_table",
-           "kernel_cost", "SKINNY_MAX", "TABLE_REACH", "COPY_SHARE"]
+           "kernel_cost", "SKINNY_MAX", "IN_FLIGHT_BYTES", "TABLE_REACH", "COPY_SHARE"]

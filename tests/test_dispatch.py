@@ -138,15 +138,19 @@ def roles(monkeypatch):
     """Candidate lists with stand-ins for kernels still to land: skinny entries of ROWS 1, 8 and 16, a
     split-K entry, and small tiles; no tables."""
     cat = dict(registry.catalogue())
-    for rows in (16, 1, 8):
-        cat[f"skinny_r{rows}"] = _stand_in("sgemm_sliced_k_f32", f"skinny_r{rows}", ROWS=rows)
+    for rows in (16, 1, 8):  # skinny entries split K themselves: they always fill the GPU
+        cat[f"skinny_r{rows}"] = _stand_in("sgemm_sliced_k_f32", f"skinny_r{rows}", {"split_k": True}, ROWS=rows)
+    # a few-rows entry that does not split K, 2048 columns a block (so 2 blocks at N = 4096) and a 64 KB
+    # ring of loads in flight each, as decode's
+    cat["wide_r16"] = _stand_in("sgemm_sliced_k_f32", "wide_r16", {"tile": lambda p: (16, 2048),
+                                "smem_bytes": lambda p, dtype, acc: 64 << 10}, ROWS=16)
     cat["split_k_stand_in"] = _stand_in("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "split_k_stand_in",
                                         {"split_k": True})
     monkeypatch.setattr(registry, "catalogue", lambda: cat)
     monkeypatch.setattr(selection_tables, "tables", lambda: ())
     base = dispatch.candidates()
     lists = {role: dict(base[role]) for role in base}
-    lists["skinny"]["float32"] = ("skinny_r16", "skinny_r1", "skinny_r8", "not_landed_yet")
+    lists["skinny"]["float32"] = ("skinny_r1", "skinny_r8", "skinny_r16", "not_landed_yet")
     lists["split_k"]["float32"] = ("not_landed_yet", "sgemm_sliced_k_f32", "split_k_stand_in")
     lists["small_tile"]["float32"] = ("sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf", "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf")
     lists["split_k"]["tf32"] = ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2",)  # Hopper only
@@ -156,10 +160,23 @@ def roles(monkeypatch):
 
 @pytest.mark.parametrize("m,n,expected", [(1, 4096, "skinny_r1"), (4096, 1, "skinny_r1"), (5, 4096, "skinny_r8"),
                                           (8, 4096, "skinny_r8"), (16, 4096, "skinny_r16"), (4096, 12, "skinny_r16")])
-def test_skinny_takes_the_fewest_rows_that_cover(roles, m, n, expected):
+def test_skinny_takes_the_first_entry_that_covers(roles, m, n, expected):
     decision = dispatch.choose(H100, "float32", m, n, 4096)
     assert decision.variant == expected and "memory-bound" in decision.reason
     assert any("not_landed_yet (skinny): not in the catalogue" in note for note in decision.notes)
+
+
+def test_skinny_passes_over_an_entry_whose_blocks_leave_the_gpu_idle(roles):
+    """A few-rows entry that does not split K is taken only where its blocks keep IN_FLIGHT_BYTES of loads in
+    flight: listed first, 2048 columns a block serve N = 200000 (98 blocks of 64 KB) but not N = 4096 (2),
+    nor, alone, N = 64 (the covering entry with the most blocks then)."""
+    roles["skinny"]["float32"] = ("wide_r16", "skinny_r1", "skinny_r8", "skinny_r16")
+    assert dispatch.choose(H100, "float32", 4, 200_000, 4096).variant == "wide_r16"
+    decision = dispatch.choose(H100, "float32", 4, 4096, 4096)
+    assert decision.variant == "skinny_r8" and "keeps HBM busy" in decision.reason
+    roles["skinny"]["float32"] = ("wide_r16",)
+    decision = dispatch.choose(H100, "float32", 4, 64, 4096)
+    assert decision.variant == "wide_r16" and "with the most blocks" in decision.reason
 
 
 def test_deep_k_on_an_idle_gpu_splits_k(roles):
@@ -225,18 +242,24 @@ def test_the_table_script_times_the_split_k_candidates():
 
 def test_the_shipped_candidates_route_each_kind_of_shape():
     """With no table, a Hopper GPU's shapes go where the heuristic's rules say: decode-style products to a
-    skinny kernel (a few rows; at 8 and 16 rows the 16-bit skinny kernels lost to split-K on the H100),
-    small M·N with deep K to split-K on the tile that pads C least, big products to the big-tile default,
-    which also keeps a single wave that fills at least half the GPU."""
-    hopper = Gpu("unknown GPU", 90)
+    few-rows kernel (16-bit: the decode family, one block per 64 columns where that fills half the GPU,
+    clusters that split K where N is small; on an Ampere GPU the skinny kernels up to 4 rows, split-K
+    beyond), small M·N with deep K to split-K on the tile that pads C least, big products to the big-tile
+    default, which also keeps a single wave that fills at least half the GPU."""
+    hopper, ampere = Gpu("unknown GPU", 90), Gpu("unknown GPU", 80)
     for key in ("float32", "tf32", "float16", "bfloat16"):
-        assert registry.lookup(dispatch.choose(hopper, key, 1, 4096, 4096).variant).family.name == "skinny"
-        assert registry.lookup(dispatch.choose(hopper, key, 4096, 4, 4096).variant).family.name == "skinny"
+        few_rows = "decode" if key in ("float16", "bfloat16") else "skinny"
+        assert registry.lookup(dispatch.choose(hopper, key, 1, 4096, 4096).variant).family.name == few_rows
+        assert registry.lookup(dispatch.choose(hopper, key, 4096, 4, 4096).variant).family.name == few_rows
         assert registry.lookup(dispatch.choose(hopper, key, 128, 4096, 11008).variant).family.split_k
         assert dispatch.choose(hopper, key, 8192, 8192, 8192).variant == dispatch.first_default(key, 90)
         assert dispatch.first_default(key, 90) == api.DEFAULTS[key][0]
     for key in ("float16", "bfloat16"):
-        sixteen = registry.lookup(dispatch.choose(hopper, key, 16, 4096, 4096).variant)
+        for n, cluster in ((4096, 1), (2048, 2), (1024, 8)):
+            sixteen = registry.lookup(dispatch.choose(hopper, key, 16, n, 4096).variant)
+            assert sixteen.family.name == "decode" and sixteen.params["CS"] == cluster
+        assert registry.lookup(dispatch.choose(ampere, key, 1, 4096, 4096).variant).family.name == "skinny"
+        sixteen = registry.lookup(dispatch.choose(ampere, key, 16, 4096, 4096).variant)
         assert sixteen.family.split_k and sixteen.family.max_rows is None
         assert dispatch.choose(hopper, key, 512, 6144, 4096).variant == dispatch.first_default(key, 90)
     sixteen = registry.lookup(dispatch.choose(hopper, "float32", 16, 4096, 4096).variant)

@@ -1,6 +1,7 @@
-"""The skinny families on the GPU: every entry against a float64 reference on ragged shapes, both
-orientations (few rows, and few columns through the operand swap), Fortran order, beta != 0,
-NaN-poisoned outputs, forced and automatic split counts, and bitwise repeatability."""
+"""The few-rows families on the GPU (skinny, skinny_kmajor, and decode on Hopper): every entry against a
+float64 reference on ragged shapes, both orientations (few rows, and few columns through the operand swap),
+Fortran order, beta != 0, NaN-poisoned outputs, forced and automatic split counts, and bitwise
+repeatability."""
 from functools import lru_cache
 
 import cupy
@@ -10,7 +11,12 @@ import cupy_gemm
 from cupy_gemm import registry, verify
 from cupy_gemm.errors import InputError
 
-NAMES = [n for n, v in registry.catalogue().items() if v.family.name in ("skinny", "skinny_kmajor")]
+from cupy_gemm.launch import compute_capability
+
+_CC = compute_capability(cupy.cuda.Device()) if cupy.cuda.is_available() else 90
+NAMES = [n for n, v in registry.catalogue().items()
+         if v.family.name in ("skinny", "skinny_kmajor", "decode") and v.runs_on(_CC)]
+DECODE = [n for n in NAMES if registry.lookup(n).family.name == "decode"]
 NS = (1, 17, 4095, 4096)
 KS = (1, 127, 1000, 4096, 16384)
 # one entry per family and dtype for the split-count tests (each SPLIT_K value is a compile)
@@ -123,13 +129,29 @@ def test_split_counts_are_right_and_bitwise_repeatable(name, split):
                 f"{name} SPLIT_K={split} at {m}x{n}x{k}: repeats differ"
 
 
+@pytest.mark.parametrize("name", DECODE)
+def test_decode_cluster_sum_is_right_and_bitwise_repeatable(name):
+    """The blocks of a cluster sum their K slices in distributed shared memory in rank order: right where
+    a slice is empty (K shorter than the cluster's blocks' stages) or ragged, and the same bits every time."""
+    v = registry.lookup(name)
+    for m, n, k in ((16, 4096, 4096), (5, 1000, 64), (16, 136, 200), (1, 8, 16384)):
+        a, b, ref, scale = _case(v.dtype, m, n, k)
+        first = cupy.full((m, n), cupy.nan, dtype=v.dtype)
+        cupy_gemm.matmul(a, b, variant=name, out=first)
+        assert verify.check(first, ref, scale, v.dtype, v.acc, k).ok, f"{name} at {m}x{n}x{k}"
+        for _ in range(3):
+            again = cupy_gemm.matmul(a, b, variant=name)
+            assert bool((again.view(cupy.uint8) == first.view(cupy.uint8)).all()), \
+                f"{name} at {m}x{n}x{k}: repeats differ"
+
+
 def test_auto_split_uses_several_splits():
     v = registry.lookup("hgemv_skinny_r1")
     cfg = cupy_gemm.get(v.name).launch_config(1, 4096, 4096, cupy.cuda.Device().attributes["MultiProcessorCount"])
     assert cfg.splits > 1  # so the repeatability test above exercises the fixup
 
 
-@pytest.mark.parametrize("name", ["hgemv_skinny_r8", "sgemv_skinny_kmajor_r4"])
+@pytest.mark.parametrize("name", ["hgemv_skinny_r8", "sgemv_skinny_kmajor_r4", *DECODE[:1]])
 def test_too_large_problems_are_refused_before_launch(name):
     v = registry.lookup(name)
     rows = v.params["ROWS"]

@@ -1,0 +1,86 @@
+"""Hopper (sm_90a) decode-style products: M <= 16, B streamed by TMA, K split over a thread-block cluster.
+
+templates/decode.cu.j2. A cluster of CS blocks owns BN columns of C and block r of it sums the r-th slice
+of K: B (K×N, row-major) streams through a TMA ring of STAGES stages into each block, WARPS warps multiply
+on tensor cores (m16n8k16, A's 16 rows as the m16), and the blocks' partial tiles are summed in
+distributed shared memory, in rank order, by the block that stores each column. So the split of K costs
+no workspace, no atomics and no second kernel, and a repeat is bitwise the same.
+
+The grid is one cluster per BN columns of C: `tile` is the BN / CS columns one block stores, which makes
+the launcher's grid CS blocks per BN columns (launch.launch_config rounds a clustered grid up to whole
+clusters). The "tma" ABI, without C's map (the store goes from registers or the summed tile):
+
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                T* C, int M, int N, int K, long long ldc, float alpha, float beta)
+
+TMA needs 16-byte aligned bases and leading dimensions: `align` is 8 elements (the API pads otherwise).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from .base import CUDA_TYPES, Family, Param
+
+SWIZZLE_BYTES = 128  # one swizzle row: the width of every TMA box
+BOX = 64  # 16-bit elements in a swizzle row
+ROWS = 16  # one m16 tile
+
+
+def smem_bytes(p, dtype: str, acc: str) -> int:
+    stage = (ROWS * p["BK"] + p["BK"] * p["BN"]) * CUDA_TYPES[dtype][1]
+    tile = ROWS * p["BN"] * 4 if p["CS"] > 1 else 0  # the fp32 partial tile the cluster reads
+    # + 16 per stage: full/empty barriers; + 1024: the kernel rounds the start up to the swizzle period
+    return p["STAGES"] * stage + tile + 16 * p["STAGES"] + 1024
+
+
+def _rules(p, dtype, acc):
+    for name in ("BN", "BK"):
+        if p[name] % BOX:
+            yield ConfigError(name, p[name], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row ({BOX} elements): "
+                              "tiles move in such boxes")
+    if p["BN"] % (16 * p["WARPS"]):
+        yield ConfigError("BN", p["BN"], f"a multiple of 16 * WARPS = {16 * p['WARPS']} (each warp takes pairs "
+                          "of n8 tiles)")
+    # BN % CS == 0 (each block of the cluster stores BN / CS columns) follows: CS is at most 8, BN a multiple of 64
+
+
+def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None) -> tuple:
+    from .. import tma
+    p, dtype = variant.params, variant.dtype
+    map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=ROWS, box_cols=BOX)
+    map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=BOX)
+    return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc), np.float32(alpha),
+            np.float32(beta))
+
+
+DECODE = Family(
+    name="decode",
+    template="decode.cu.j2",
+    doc="Hopper, M <= 16: B streamed by TMA, K split over a cluster of CS blocks and summed in distributed "
+        "shared memory",
+    params=(
+        Param("ROWS", ROWS, "the most rows of C the kernel serves: one m16 tile", choices=(ROWS,)),
+        Param("BN", 64, "columns of C per cluster", lo=64, hi=512),
+        Param("BK", 64, "depth of one pipeline stage", choices=(64, 128)),
+        Param("STAGES", 8, "shared-memory pipeline stages", lo=2, hi=16),
+        Param("WARPS", 4, "consumer warps (one more warp produces)", choices=(1, 2, 4, 8)),
+        Param("CS", 8, "blocks per cluster, each summing one slice of K (portable clusters: at most 8)",
+              choices=(1, 2, 4, 8)),
+    ),
+    dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
+    threads=lambda p: 32 * (p["WARPS"] + 1),
+    tile=lambda p: (ROWS, p["BN"] // p["CS"]),
+    smem_bytes=smem_bytes,
+    align=lambda p, dtype: 16 // CUDA_TYPES[dtype][1],
+    rules=(_rules,),
+    abi="tma",
+    make_args=make_args,
+    min_cc=lambda p, dtype, acc: 90,
+    needs_sm90a=True,
+    max_rows=lambda p: ROWS,
+    cluster=lambda p: p["CS"],
+    pdl=True,
+)
+
+FAMILIES = (DECODE,)

@@ -1,0 +1,90 @@
+"""The Hopper decode family on the CPU: what it declares and refuses, its grid of whole clusters, and the
+layout claims of its template (fragment loads from the swizzled boxes hit distinct banks; the blocks of a
+cluster store every column of C once)."""
+import pytest
+from family_rules import check_rule, template_text
+
+from cupy_gemm import launch
+from cupy_gemm.families import decode
+from cupy_gemm.errors import ConfigError
+from cupy_gemm.registry import catalogue, family, make_variant
+from cupy_gemm.render import render
+
+DECODE = family("decode")
+NAMES = [n for n, v in catalogue().items() if v.family is DECODE]
+TEMPLATE = template_text("decode.cu.j2")
+BASE = {"BN": 64, "BK": 64, "STAGES": 8, "WARPS": 4, "CS": 8}
+
+
+def test_family_declares_few_rows_clusters_and_tma():
+    assert DECODE.needs_sm90a and DECODE.abi == "tma" and DECODE.pdl and not DECODE.split_k
+    assert set(DECODE.dtypes) == {"float16", "bfloat16"}
+    for name in NAMES:  # the name says the columns per cluster, the blocks per cluster and the stages
+        v = catalogue()[name]
+        p = v.params
+        bk = "_bk128" if p["BK"] == 128 else ""
+        assert f"_n{p['BN']}_c{p['CS']}{bk}_stages{p['STAGES']}" in name and v.max_rows() == 16
+        assert DECODE.cluster(p) == p["CS"] and DECODE.tile(p) == (16, p["BN"] // p["CS"])
+
+
+@pytest.mark.parametrize("params,param,words", [
+    ({"BN": 96}, "BN", "swizzle row (64 elements)"),
+    ({"BN": 64, "WARPS": 8}, "BN", "each warp takes pairs of n8 tiles"),
+])
+def test_it_refuses_parameters_that_break_its_constraints(params, param, words):
+    check_rule(DECODE, "float16", {**BASE, **params}, param, words, TEMPLATE)
+
+
+def test_it_refuses_rings_that_overflow_shared_memory():
+    with pytest.raises(ConfigError) as e:
+        make_variant(DECODE, "bad", "float16", {**BASE, "BN": 512, "STAGES": 16})
+    assert e.value.param == "smem"
+
+
+def test_smem_counts_stages_the_cluster_tile_and_barriers():
+    assert decode.smem_bytes(BASE, "float16", "float32") == 8 * (16 * 64 + 64 * 64) * 2 + 16 * 64 * 4 + 8 * 16 + 1024
+    assert decode.smem_bytes({**BASE, "CS": 1}, "float16", "float32") == 8 * (16 * 64 + 64 * 64) * 2 + 8 * 16 + 1024
+
+
+@pytest.mark.parametrize("m,n,k,blocks", [(16, 1024, 4096, 128), (1, 1000, 4096, 128), (16, 8, 64, 8),
+                                          (3, 4095, 100, 64 * 8)])
+def test_the_grid_is_whole_clusters_of_bn_columns(m, n, k, blocks):
+    cfg = launch.launch_config(catalogue()["hgemv_decode_n64_c8_stages8"], m, n, k, sm_count=132)
+    assert cfg.grid == (blocks, 1, 1) and cfg.cluster == 8 and cfg.splits == 1 and cfg.workspace == 0
+
+
+def _swizzled(row, chunk):  # the template's swizzled(): byte offset of a 16-byte chunk in a box
+    return row * 128 + ((chunk ^ (row & 7)) << 4)
+
+
+def test_the_rendered_kernel_holds_the_layout_tested_below():
+    source = render(catalogue()[NAMES[0]])
+    assert "return row * 128 + ((chunk ^ (row & 7)) << 4);" in source
+    assert "swizzled(r + 8 * (j % 2), ak / 8)" in source and "swizzled(k, n % BOX / 8)" in source
+
+
+@pytest.mark.parametrize("bn,warps", [(64, 4), (256, 8), (128, 4)])
+def test_ldmatrix_phases_hit_distinct_banks(bn, warps):
+    """ldmatrix serves 8 lanes (one 8x8 matrix) at a time: their 8 row addresses must fall in 8 distinct
+    16-byte bank groups, for A's fragment and for every B fragment of every warp and k step."""
+    wn = bn // warps
+    for kk in range(0, 128, 16):
+        for j in range(4):
+            rows = [r + 8 * (j % 2) for r in range(8)]
+            a = {(_swizzled(row, (kk % 64 + 8 * (j // 2)) // 8) // 16) % 8 for row in rows}
+            assert len(a) == 8
+            for w in range(warps):
+                for p in range(wn // 16):
+                    n = w * wn + 16 * p + 8 * (j // 2)
+                    b = {(_swizzled(kk + r + 8 * (j % 2), n % 64 // 8) // 16) % 8 for r in range(8)}
+                    assert len(b) == 8, (bn, warps, kk, j, w, p)
+
+
+@pytest.mark.parametrize("bn,cs,warps", [(64, 8, 4), (256, 8, 8), (128, 4, 4), (64, 2, 4)])
+def test_every_column_is_multiplied_by_one_warp_and_stored_by_one_block(bn, cs, warps):
+    wn = bn // warps
+    multiplied = sorted(w * wn + 8 * t + 2 * q + e % 2 for w in range(warps) for t in range(wn // 8)
+                        for q in range(4) for e in range(2))
+    assert multiplied == list(range(bn))
+    stored = sorted(rank * (bn // cs) + i for rank in range(cs) for i in range(bn // cs))
+    assert stored == list(range(bn))
