@@ -6,7 +6,7 @@ from family_rules import check_rule, template_text
 
 from cupy_gemm import launch
 from cupy_gemm.families import decode
-from cupy_gemm.errors import ConfigError
+from cupy_gemm.errors import ConfigError, InputError
 from cupy_gemm.registry import catalogue, family, make_variant
 from cupy_gemm.render import render
 
@@ -88,3 +88,9 @@ def test_every_column_is_multiplied_by_one_warp_and_stored_by_one_block(bn, cs, 
     assert multiplied == list(range(bn))
     stored = sorted(rank * (bn // cs) + i for rank in range(cs) for i in range(bn // cs))
     assert stored == list(range(bn))
+
+
+def test_coordinates_past_32_bits_are_refused_before_any_tensor_map():
+    v = catalogue()["hgemv_decode_n64_c8_stages8"]
+    with pytest.raises(InputError, match="below 2\\*\\*31"):
+        decode.make_args(v, None, None, None, 16, 64, 2**31 - 10, 2**31, 64, 64, 1.0, 0.0)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from .base import CUDA_TYPES, Family, Param
 
 SWIZZLE_BYTES = 128  # one swizzle row: the width of every TMA box
@@ -48,6 +48,9 @@ def _rules(p, dtype, acc):
 def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None) -> tuple:
     from .. import tma
     p, dtype = variant.params, variant.dtype
+    if k + p["BK"] >= 2**31 or n + p["BN"] >= 2**31:  # the copies' coordinates are 32-bit signed integers
+        raise InputError(f"{variant.name} addresses K and N below 2**31 - {p['BK']} and 2**31 - {p['BN']}; "
+                         f"got K={k}, N={n}: use a skinny variant")
     map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=ROWS, box_cols=BOX)
     map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=BOX)
     return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc), np.float32(alpha),
