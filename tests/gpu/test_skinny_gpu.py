@@ -117,32 +117,27 @@ def test_alpha_beta_and_strided(name):
 @pytest.mark.parametrize("split", [1, 3, 7, 0])
 @pytest.mark.parametrize("name", SPLIT_NAMES)
 def test_split_counts_are_right_and_bitwise_repeatable(name, split):
-    v = _with_split(name, split)
-    for m, n, k in ((8, 4095, 1000), (3, 4096, 4096), (1, 17, 16384), (8, 4096, 127)):
+    _right_and_repeatable(_with_split(name, split), ((8, 4095, 1000), (3, 4096, 4096), (1, 17, 16384), (8, 4096, 127)),
+                          f"{name} SPLIT_K={split}")
+
+
+def _right_and_repeatable(v, shapes, what):
+    """Each shape's product is right, and three repeats give the same bits."""
+    for m, n, k in shapes:
         a, b, ref, scale = _case(v.dtype, m, n, k)
         first = cupy.full((m, n), cupy.nan, dtype=v.dtype)
         cupy_gemm.matmul(a, b, variant=v, out=first)
-        assert verify.check(first, ref, scale, v.dtype, v.acc, k).ok, f"{name} SPLIT_K={split} at {m}x{n}x{k}"
+        assert verify.check(first, ref, scale, v.dtype, v.acc, k).ok, f"{what} at {m}x{n}x{k}"
         for _ in range(3):
             again = cupy_gemm.matmul(a, b, variant=v)
-            assert bool((again.view(cupy.uint8) == first.view(cupy.uint8)).all()), \
-                f"{name} SPLIT_K={split} at {m}x{n}x{k}: repeats differ"
+            assert bool((again.view(cupy.uint8) == first.view(cupy.uint8)).all()), f"{what} at {m}x{n}x{k}: repeats differ"
 
 
 @pytest.mark.parametrize("name", DECODE)
 def test_decode_cluster_sum_is_right_and_bitwise_repeatable(name):
     """The blocks of a cluster sum their K slices in distributed shared memory in rank order: right where
     a slice is empty (K shorter than the cluster's blocks' stages) or ragged, and the same bits every time."""
-    v = registry.lookup(name)
-    for m, n, k in ((16, 4096, 4096), (5, 1000, 64), (16, 136, 200), (1, 8, 16384)):
-        a, b, ref, scale = _case(v.dtype, m, n, k)
-        first = cupy.full((m, n), cupy.nan, dtype=v.dtype)
-        cupy_gemm.matmul(a, b, variant=name, out=first)
-        assert verify.check(first, ref, scale, v.dtype, v.acc, k).ok, f"{name} at {m}x{n}x{k}"
-        for _ in range(3):
-            again = cupy_gemm.matmul(a, b, variant=name)
-            assert bool((again.view(cupy.uint8) == first.view(cupy.uint8)).all()), \
-                f"{name} at {m}x{n}x{k}: repeats differ"
+    _right_and_repeatable(registry.lookup(name), ((16, 4096, 4096), (5, 1000, 64), (16, 136, 200), (1, 8, 16384)), name)
 
 
 def test_auto_split_uses_several_splits():
