@@ -242,13 +242,13 @@ def test_the_table_script_times_the_split_k_candidates():
 
 def test_the_shipped_candidates_route_each_kind_of_shape():
     """With no table, a Hopper GPU's shapes go where the heuristic's rules say: decode-style products to a
-    few-rows kernel (16-bit: the decode family, one block per 64 columns where that fills half the GPU,
-    clusters that split K where N is small; on an Ampere GPU the skinny kernels up to 4 rows, split-K
-    beyond), small M·N with deep K to split-K on the tile that pads C least, big products to the big-tile
+    few-rows kernel (16-bit: the decode family, one block per 64 columns where that keeps HBM busy,
+    clusters that split K where N is small; 32-bit: the skinny kernels up to 4 rows, then the decode
+    family; on an Ampere GPU the skinny kernels up to 4 rows, split-K beyond), small M·N with deep K to split-K on the tile that pads C least, big products to the big-tile
     default, which also keeps a single wave that fills at least half the GPU."""
     hopper, ampere = Gpu("unknown GPU", 90), Gpu("unknown GPU", 80)
     for key in ("float32", "tf32", "float16", "bfloat16"):
-        few_rows = "decode" if key in ("float16", "bfloat16") else "skinny"
+        few_rows = "decode" if key in ("float16", "bfloat16") else "skinny"  # one row: sgemv_skinny_r1 for 32-bit
         assert registry.lookup(dispatch.choose(hopper, key, 1, 4096, 4096).variant).family.name == few_rows
         assert registry.lookup(dispatch.choose(hopper, key, 4096, 4, 4096).variant).family.name == few_rows
         assert registry.lookup(dispatch.choose(hopper, key, 128, 4096, 11008).variant).family.split_k
@@ -262,7 +262,14 @@ def test_the_shipped_candidates_route_each_kind_of_shape():
         sixteen = registry.lookup(dispatch.choose(ampere, key, 16, 4096, 4096).variant)
         assert sixteen.family.split_k and sixteen.family.max_rows is None
         assert dispatch.choose(hopper, key, 512, 6144, 4096).variant == dispatch.first_default(key, 90)
-    sixteen = registry.lookup(dispatch.choose(hopper, "float32", 16, 4096, 4096).variant)
+    for key, acc in (("float32", "float32"), ("tf32", "tf32"), ("3xtf32", "float32")):
+        for n, cluster in ((4096, 2), (2048, 2), (1024, 4)):
+            sixteen = registry.lookup(dispatch.choose(hopper, key, 16, n, 4096).variant)
+            assert sixteen.family.name == "decode" and sixteen.params["CS"] == cluster and sixteen.acc == acc
+        assert registry.lookup(dispatch.choose(hopper, key, 4, 4096, 4096).variant).family.name == "skinny"
+        if key != "3xtf32":  # Hopper only
+            assert registry.lookup(dispatch.choose(ampere, key, 16, 4096, 4096).variant).family.name != "decode"
+    sixteen = registry.lookup(dispatch.choose(ampere, "float32", 16, 4096, 4096).variant)
     assert sixteen.family.tile(sixteen.params) == (32, 64)  # the split-K tile that pads 16 rows least
     # 3xTF32 (precision="3xtf32" only) has no split-K kernel: its big-tile entry, or exact fp32 for decode
     assert registry.lookup(dispatch.choose(hopper, "3xtf32", 128, 4096, 11008).variant).acc == "3xtf32"

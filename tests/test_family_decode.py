@@ -18,7 +18,7 @@ BASE = {"BN": 64, "BK": 64, "STAGES": 8, "WARPS": 4, "CS": 8}
 
 def test_family_declares_few_rows_clusters_and_tma():
     assert DECODE.needs_sm90a and DECODE.abi == "tma" and DECODE.pdl and not DECODE.split_k
-    assert set(DECODE.dtypes) == {"float16", "bfloat16"}
+    assert set(DECODE.dtypes) == {"float16", "bfloat16", "float32"} and DECODE.dtypes["float32"] == ("float32", "tf32")
     for name in NAMES:  # the name says the columns per cluster, the blocks per cluster and the stages
         v = catalogue()[name]
         p = v.params
@@ -27,12 +27,17 @@ def test_family_declares_few_rows_clusters_and_tma():
         assert DECODE.cluster(p) == p["CS"] and DECODE.tile(p) == (16, p["BN"] // p["CS"])
 
 
-@pytest.mark.parametrize("params,param,words", [
-    ({"BN": 96}, "BN", "swizzle row (64 elements)"),
-    ({"BN": 64, "WARPS": 8}, "BN", "each warp takes pairs of n8 tiles"),
+@pytest.mark.parametrize("dtype,acc,params,param,words", [
+    ("float16", "float32", {"BN": 96}, "BN", "128-byte swizzle row"),
+    ("float16", "float32", {"BN": 64, "WARPS": 8}, "BN", "each warp takes whole mma n tiles"),
+    ("float32", "tf32", {"BN": 48}, "BN", "128-byte swizzle row"),
+    ("float32", "tf32", {"BN": 32, "WARPS": 8}, "BN", "each warp takes whole mma n tiles"),
+    ("float32", "float32", {"BN": 96, "STAGES": 4}, "BN", "BN / 4 must divide the consumer threads"),
+    ("float32", "float32", {"BN": 32, "WARPS": 8}, "BK", "a multiple of 4 times the k-slices"),
+    ("float32", "float32", {"BN": 64, "STAGES": 2, "WARPS": 8}, "STAGES", "for the k-slice sums, which reuse the ring"),
 ])
-def test_it_refuses_parameters_that_break_its_constraints(params, param, words):
-    check_rule(DECODE, "float16", {**BASE, **params}, param, words, TEMPLATE)
+def test_it_refuses_parameters_that_break_its_constraints(dtype, acc, params, param, words):
+    check_rule(DECODE, dtype, {**BASE, **params}, param, words, TEMPLATE, acc=acc)
 
 
 def test_it_refuses_rings_that_overflow_shared_memory():
@@ -57,10 +62,24 @@ def _swizzled(row, chunk):  # the template's swizzled(): byte offset of a 16-byt
     return row * 128 + ((chunk ^ (row & 7)) << 4)
 
 
+def _element(box_bytes, row, col, size):  # the template's element(): byte offset of (row, col) in a stage
+    box, epc = 128 // size, 16 // size
+    return (col // box) * box_bytes + _swizzled(row, col % box // epc) + (col % epc) * size
+
+
+def _tf32_column(tile, lane_col):  # the template's tf32_column()
+    return (tile // 4) * 32 + 4 * (tile % 4) + lane_col % 4 + 16 * (lane_col // 4)
+
+
 def test_the_rendered_kernel_holds_the_layout_tested_below():
     source = render(catalogue()[NAMES[0]])
     assert "return row * 128 + ((chunk ^ (row & 7)) << 4);" in source
-    assert "swizzled(r + 8 * (j % 2), ak / 8)" in source and "swizzled(k, n % BOX / 8)" in source
+    assert "return (col / BOX) * box_bytes + swizzled(row, col % BOX / EPC) + (col % EPC) * sizeof(T_IN);" in source
+    assert "return (tile / 4) * BOX + 4 * (tile % 4) + (l % 4) + 16 * (l / 4);" in source
+    assert "element(A_BOX_BYTES, r + 8 * (j % 2), kk + 8 * (j / 2))" in source
+    assert "element(A_BOX_BYTES, r + 8 * (j % 2), kk + 4 * (j / 2))" in source
+    assert "element(B_BOX_BYTES, k, n)" in source and "element(B_BOX_BYTES, kk + q, n)" in source
+    assert "element(B_BOX_BYTES, k + i, 4 * cg)" in source and "element(A_BOX_BYTES, row, k)" in source
 
 
 @pytest.mark.parametrize("bn,warps", [(64, 4), (256, 8), (128, 4)])
@@ -80,12 +99,49 @@ def test_ldmatrix_phases_hit_distinct_banks(bn, warps):
                     assert len(b) == 8, (bn, warps, kk, j, w, p)
 
 
+@pytest.mark.parametrize("bn,warps", [(64, 4), (128, 4), (32, 4)])
+def test_tf32_loads_hit_distinct_banks(bn, warps):
+    """tf32: A's ldmatrix rows fall in 8 distinct chunks; every 32-bit load of B by a warp (lane g, q reads
+    k row q or q + 4 of column tf32_column(tile, g)) hits 32 distinct banks."""
+    wn = bn // warps
+    for kk in range(0, 64, 8):
+        for j in range(4):
+            a = {(_element(16 * 128, r + 8 * (j % 2), kk + 4 * (j // 2), 4) // 16) % 8 for r in range(8)}
+            assert len(a) == 8
+        for w in range(warps):
+            for t in range(wn // 8):
+                for dk in (0, 4):
+                    banks = {(_element(64 * 128, kk + q + dk, _tf32_column(w * (wn // 8) + t, g), 4) // 4) % 32
+                             for g in range(8) for q in range(4)}
+                    assert len(banks) == 32, (bn, warps, kk, w, t)
+
+
+@pytest.mark.parametrize("bn,warps", [(64, 4), (128, 4), (64, 8)])
+def test_float32_float4_loads_are_one_wavefront_a_phase(bn, warps):
+    """float32 on CUDA cores: a 16-byte load is served 8 lanes at a time. Their B float4s (k row, columns
+    4cg..) fill 8 distinct chunks, and their A float4 is one address (a broadcast)."""
+    cgs, threads = bn // 4, 32 * warps
+    ks = 64 // (threads // cgs)
+    for phase in range(threads // 8):
+        lanes = range(8 * phase, 8 * phase + 8)
+        for k4 in range(0, ks, 4):
+            for i in range(4):
+                b = {(_element(64 * 128, (t // cgs) * ks + k4 + i, 4 * (t % cgs), 4) // 16) % 8 for t in lanes}
+                assert len(b) == 8
+            assert len({_element(16 * 128, 3, (t // cgs) * ks + k4, 4) for t in lanes}) == 1
+
+
 @pytest.mark.parametrize("bn,cs,warps", [(64, 8, 4), (256, 8, 8), (128, 4, 4), (64, 2, 4)])
 def test_every_column_is_multiplied_by_one_warp_and_stored_by_one_block(bn, cs, warps):
     wn = bn // warps
     multiplied = sorted(w * wn + 8 * t + 2 * q + e % 2 for w in range(warps) for t in range(wn // 8)
                         for q in range(4) for e in range(2))
     assert multiplied == list(range(bn))
+    tf32 = sorted(_tf32_column(w * (wn // 8) + t, 2 * q + e % 2) for w in range(warps) for t in range(wn // 8)
+                  for q in range(4) for e in range(2))
+    assert tf32 == list(range(bn))
+    loaded = sorted(_tf32_column(tile, g) for tile in range(bn // 8) for g in range(8))  # B's columns, once each
+    assert loaded == list(range(bn))
     stored = sorted(rank * (bn // cs) + i for rank in range(cs) for i in range(bn // cs))
     assert stored == list(range(bn))
 

@@ -2,9 +2,10 @@
 
 templates/decode.cu.j2. A cluster of CS blocks owns BN columns of C and block r of it sums the r-th slice
 of K: B (K×N, row-major) streams through a TMA ring of STAGES stages into each block, WARPS warps multiply
-on tensor cores (m16n8k16, A's 16 rows as the m16), and the blocks' partial tiles are summed in
-distributed shared memory, in rank order, by the block that stores each column. So the split of K costs
-no workspace, no atomics and no second kernel, and a repeat is bitwise the same.
+it, and the blocks' partial tiles are summed in distributed shared memory, in rank order, by the block
+that stores each column. So the split of K costs no workspace, no atomics and no second kernel, and a
+repeat is bitwise the same. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16) and tf32
+(m16n8k8), A's 16 rows as the m16, and on CUDA cores for exact float32 (4 columns × 16 rows a thread).
 
 The grid is one cluster per BN columns of C: `tile` is the BN / CS columns one block stores, which makes
 the launcher's grid CS blocks per BN columns (launch.launch_config rounds a clustered grid up to whole
@@ -13,7 +14,8 @@ clusters). The "tma" ABI, without C's map (the store goes from registers or the 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 T* C, int M, int N, int K, long long ldc, float alpha, float beta)
 
-TMA needs 16-byte aligned bases and leading dimensions: `align` is 8 elements (the API pads otherwise).
+TMA needs 16-byte aligned bases and leading dimensions: `align` is 16 bytes of elements (the API pads
+otherwise).
 """
 from __future__ import annotations
 
@@ -23,12 +25,20 @@ from ..errors import ConfigError, InputError
 from .base import CUDA_TYPES, Family, Param
 
 SWIZZLE_BYTES = 128  # one swizzle row: the width of every TMA box
-BOX = 64  # 16-bit elements in a swizzle row
 ROWS = 16  # one m16 tile
 
 
+def box(dtype: str) -> int:
+    """Elements in one swizzle row."""
+    return SWIZZLE_BYTES // CUDA_TYPES[dtype][1]
+
+
+def _stage_bytes(p, dtype: str) -> int:
+    return (ROWS * p["BK"] + p["BK"] * p["BN"]) * CUDA_TYPES[dtype][1]
+
+
 def smem_bytes(p, dtype: str, acc: str) -> int:
-    stage = (ROWS * p["BK"] + p["BK"] * p["BN"]) * CUDA_TYPES[dtype][1]
+    stage = _stage_bytes(p, dtype)
     tile = ROWS * p["BN"] * 4 if p["CS"] > 1 else 0  # the fp32 partial tile the cluster reads
     # + 16 per stage: full/empty barriers; + 1024: the kernel rounds the start up to the swizzle period
     return p["STAGES"] * stage + tile + 16 * p["STAGES"] + 1024
@@ -36,13 +46,25 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
 
 def _rules(p, dtype, acc):
     for name in ("BN", "BK"):
-        if p[name] % BOX:
-            yield ConfigError(name, p[name], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row ({BOX} elements): "
-                              "tiles move in such boxes")
-    if p["BN"] % (16 * p["WARPS"]):
-        yield ConfigError("BN", p["BN"], f"a multiple of 16 * WARPS = {16 * p['WARPS']} (each warp takes pairs "
-                          "of n8 tiles)")
-    # BN % CS == 0 (each block of the cluster stores BN / CS columns) follows: CS is at most 8, BN a multiple of 64
+        if p[name] % box(dtype):
+            yield ConfigError(name, p[name], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row ({box(dtype)} "
+                              f"{dtype} elements): tiles move in such boxes")
+    if dtype == "float32" and acc == "float32":  # CUDA cores: groups of 4 columns by slices of K
+        threads, groups = 32 * p["WARPS"], p["BN"] // 4
+        if threads % groups:
+            yield ConfigError("BN", p["BN"], f"BN / 4 must divide the consumer threads ({threads}): on CUDA "
+                              "cores a thread takes 4 columns")
+        elif p["BK"] % (4 * (threads // groups)):
+            yield ConfigError("BK", p["BK"], f"a multiple of 4 times the k-slices ({threads // groups}: the "
+                              "consumer threads over BN / 4)")
+        elif 4 * (threads // groups) * ROWS * p["BN"] > p["STAGES"] * _stage_bytes(p, dtype):
+            yield ConfigError("STAGES", p["STAGES"], "enough stages for the k-slice sums, which reuse the ring")
+        return
+    per_warp = 8 if acc == "tf32" else 16  # tf32: n8 tiles; 16-bit: pairs of them
+    if p["BN"] % (per_warp * p["WARPS"]):
+        yield ConfigError("BN", p["BN"], f"a multiple of {per_warp} * WARPS = {per_warp * p['WARPS']} (each warp "
+                          "takes whole mma n tiles)")
+    # BN % CS == 0 (each block of the cluster stores BN / CS columns) follows: CS is at most 8, BN a multiple of 32
 
 
 def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None) -> tuple:
@@ -51,8 +73,8 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     if k + p["BK"] >= 2**31 or n + p["BN"] >= 2**31:  # the copies' coordinates are 32-bit signed integers
         raise InputError(f"{variant.name} addresses K and N below 2**31 - {p['BK']} and 2**31 - {p['BN']}; "
                          f"got K={k}, N={n}: use a skinny variant")
-    map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=ROWS, box_cols=BOX)
-    map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=BOX)
+    map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=ROWS, box_cols=box(dtype))
+    map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=box(dtype))
     return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc), np.float32(alpha),
             np.float32(beta))
 
@@ -64,14 +86,14 @@ DECODE = Family(
         "shared memory",
     params=(
         Param("ROWS", ROWS, "the most rows of C the kernel serves: one m16 tile", choices=(ROWS,)),
-        Param("BN", 64, "columns of C per cluster", lo=64, hi=512),
+        Param("BN", 64, "columns of C per cluster", lo=32, hi=512),
         Param("BK", 64, "depth of one pipeline stage", choices=(64, 128)),
         Param("STAGES", 8, "shared-memory pipeline stages", lo=2, hi=16),
         Param("WARPS", 4, "consumer warps (one more warp produces)", choices=(1, 2, 4, 8)),
         Param("CS", 8, "blocks per cluster, each summing one slice of K (portable clusters: at most 8)",
               choices=(1, 2, 4, 8)),
     ),
-    dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
+    dtypes={"float16": ("float32",), "bfloat16": ("float32",), "float32": ("float32", "tf32")},
     threads=lambda p: 32 * (p["WARPS"] + 1),
     tile=lambda p: (ROWS, p["BN"] // p["CS"]),
     smem_bytes=smem_bytes,
