@@ -57,27 +57,34 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
     return Decision(decision.variant, decision.reason, tuple(notes))
 
 
-# a family whose entries copy a B of the other layout -> the family that reads that layout in place
-B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32"}
+# a family whose entries copy a B of the other layout -> the family that reads that layout in place. The
+# few-rows families matter most: x @ W.T with W stored N×K (a linear layer's weight) is a column-major B,
+# and copying it costs more than the product.
+B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32", "decode": "decode_kmajor",
+                  "skinny": "skinny_kmajor"}
 
 
 def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:
-    """The decision, or its twin family's entry of the nearest tile (split-K alike) where the chosen one
-    would copy B into its layout and the twin reads B where it lies."""
+    """The decision, or its twin family's entry of the nearest tile (split-K alike, covering as many rows;
+    the same arithmetic and parameters first) where the chosen one would copy B into its layout and the twin reads B
+    where it lies."""
     chosen = registry.catalogue()[decision.variant]
     twin_family = B_LAYOUT_TWINS.get(chosen.family.name)
     if twin_family is None or not placement.for_variant(chosen, align=1).copy_b:
         return decision
     bm, bn = chosen.family.tile(chosen.params)
     splits = chosen.family.takes_split_k_args(chosen.params)
+    rows = chosen.max_rows()
     twins = [v for name, v in registry.catalogue().items()
              if v.family.name == twin_family and v.family.takes_split_k_args(v.params) == splits
+             and (rows is None or v.max_rows() >= rows)
              and why_not(name, key, gpu.cc, needs) is None and not placement.for_variant(v, align=1).copy_b]
     if not twins:
         return decision
-    def distance(v):  # in log2 of the tile's sides; more stages break ties
+    def distance(v):  # the same arithmetic first, then log2 of the tile's sides, the same parameters, more stages
         tm, tn = v.family.tile(v.params)
-        return abs(math.log2(tm / bm)) + abs(math.log2(tn / bn)), -v.params["STAGES"]
+        return (v.acc != chosen.acc, abs(math.log2(tm / bm)) + abs(math.log2(tn / bn)), v.params != chosen.params,
+                -v.params.get("STAGES", 0))
     twin = min(twins, key=distance)
     return Decision(twin.name, f"B-layout rule: {chosen.name} would copy the column-major B row-major; "
                     f"{twin.name} ({twin_family}, the nearest tile) reads it in place",

@@ -1,17 +1,20 @@
-"""The Hopper decode family on the CPU: what it declares and refuses, its grid of whole clusters, and the
-layout claims of its template (fragment loads from the swizzled boxes hit distinct banks; the blocks of a
-cluster store every column of C once)."""
+"""The Hopper decode families on the CPU (decode: B row-major; decode_kmajor: B column-major, x @ W.T): what
+they declare and refuse, their grid of whole clusters, the layout claims of their template (fragment loads
+from the swizzled boxes hit distinct banks; the blocks of a cluster store every column of C once), and the
+dispatch's B-layout rule that hands a column-major B to the K-major twin."""
 import pytest
 from family_rules import check_rule, template_text
 
-from cupy_gemm import launch
+from cupy_gemm import dispatch, launch, placement_rules
+from cupy_gemm.arrange import Placement, fresh
 from cupy_gemm.families import decode
 from cupy_gemm.errors import ConfigError, InputError
 from cupy_gemm.registry import catalogue, family, make_variant
 from cupy_gemm.render import render
 
-DECODE = family("decode")
+DECODE, KMAJOR = family("decode"), family("decode_kmajor")
 NAMES = [n for n, v in catalogue().items() if v.family is DECODE]
+KMAJOR_NAMES = [n for n, v in catalogue().items() if v.family is KMAJOR]
 TEMPLATE = template_text("decode.cu.j2")
 BASE = {"BN": 64, "BK": 64, "STAGES": 8, "WARPS": 4, "CS": 8}
 
@@ -25,6 +28,15 @@ def test_family_declares_few_rows_clusters_and_tma():
         bk = "_bk128" if p["BK"] == 128 else ""
         assert f"_n{p['BN']}_c{p['CS']}{bk}_stages{p['STAGES']}" in name and v.max_rows() == 16
         assert DECODE.cluster(p) == p["CS"] and DECODE.tile(p) == (16, p["BN"] // p["CS"])
+    assert DECODE.b_layout is None and KMAJOR.b_layout == "col"
+
+
+def test_every_entry_has_a_k_major_twin_of_the_same_parameters():
+    twins = {n.replace("gemv_decode_", "gemv_decode_kmajor_"): catalogue()[n] for n in NAMES}
+    assert sorted(twins) == sorted(KMAJOR_NAMES)
+    for name, v in twins.items():
+        t = catalogue()[name]
+        assert (t.dtype, t.acc, t.params) == (v.dtype, v.acc, v.params)
 
 
 @pytest.mark.parametrize("dtype,acc,params,param,words", [
@@ -38,6 +50,11 @@ def test_family_declares_few_rows_clusters_and_tma():
 ])
 def test_it_refuses_parameters_that_break_its_constraints(dtype, acc, params, param, words):
     check_rule(DECODE, dtype, {**BASE, **params}, param, words, TEMPLATE, acc=acc)
+
+
+def test_a_k_major_b_moves_in_boxes_of_at_most_256_rows():
+    check_rule(KMAJOR, "float16", {**BASE, "BN": 512, "STAGES": 2, "WARPS": 8}, "BN", "at most 256",
+               TEMPLATE)
 
 
 def test_it_refuses_rings_that_overflow_shared_memory():
@@ -78,8 +95,15 @@ def test_the_rendered_kernel_holds_the_layout_tested_below():
     assert "return (tile / 4) * BOX + 4 * (tile % 4) + (l % 4) + 16 * (l / 4);" in source
     assert "element(A_BOX_BYTES, r + 8 * (j % 2), kk + 8 * (j / 2))" in source
     assert "element(A_BOX_BYTES, r + 8 * (j % 2), kk + 4 * (j / 2))" in source
-    assert "element(B_BOX_BYTES, k, n)" in source and "element(B_BOX_BYTES, kk + q, n)" in source
-    assert "element(B_BOX_BYTES, k + i, 4 * cg)" in source and "element(A_BOX_BYTES, row, k)" in source
+    assert "return B_KMAJOR ? element(B_BOX_BYTES, n, k) : element(B_BOX_BYTES, k, n);" in source
+    assert "ldmatrix_x4_trans(b[0], b[1], b[2], b[3], b_stage + b_element(k + r, n))" in source
+    assert "ldmatrix_x4(b[0], b[1], b[2], b[3], b_stage + b_element(k, n + r))" in source
+    assert "ldmatrix_x2(b[0], b[1], b_stage + b_element(kk + 4 * (j % 2), w * WN + 8 * t + r))" in source
+    assert "lds_f32(b_stage + b_element(kk + q, n))" in source and "element(A_BOX_BYTES, row, k)" in source
+    assert "lds_f32x4(b_stage + b_element(k, cg + CG * x))" in source
+    assert "lds_f32x4(b_stage + b_element(k + x, 4 * cg))" in source
+    assert "constexpr bool B_KMAJOR = 0;" in source
+    assert "constexpr bool B_KMAJOR = 1;" in render(catalogue()[KMAJOR_NAMES[0]])
 
 
 @pytest.mark.parametrize("bn,warps", [(64, 4), (256, 8), (128, 4)])
@@ -97,6 +121,23 @@ def test_ldmatrix_phases_hit_distinct_banks(bn, warps):
                     n = w * wn + 16 * p + 8 * (j // 2)
                     b = {(_swizzled(kk + r + 8 * (j % 2), n % 64 // 8) // 16) % 8 for r in range(8)}
                     assert len(b) == 8, (bn, warps, kk, j, w, p)
+
+
+@pytest.mark.parametrize("bn,warps", [(64, 4), (256, 8), (128, 4)])
+def test_k_major_ldmatrix_phases_hit_distinct_banks(bn, warps):
+    """B column-major: a box is BN rows of n, 128 bytes of k each. ldmatrix (no .trans) reads 8 consecutive
+    rows of n at one k chunk: 16-bit (m16n8k16: chunks k 0-7 / 8-15) and tf32 (m16n8k8: k 0-3 / 4-7)."""
+    wn = bn // warps
+    for kk in range(0, 64, 16):
+        for j in range(4):
+            for w in range(warps):
+                for p in range(wn // 16):
+                    n = w * wn + 16 * p + 8 * (j // 2)
+                    assert len({(_element(bn * 128, n + r, kk + 8 * (j % 2), 2) // 16) % 8 for r in range(8)}) == 8
+    for kk in range(0, 32, 8):
+        for j in range(2):
+            for t in range(bn // 8):
+                assert len({(_element(bn * 128, 8 * t + r, kk + 4 * j, 4) // 16) % 8 for r in range(8)}) == 8
 
 
 @pytest.mark.parametrize("bn,warps", [(64, 4), (128, 4), (32, 4)])
@@ -128,6 +169,9 @@ def test_float32_float4_loads_are_one_wavefront_a_phase(bn, warps):
             for i in range(4):
                 b = {(_element(64 * 128, (t // cgs) * ks + k4 + i, 4 * (t % cgs), 4) // 16) % 8 for t in lanes}
                 assert len(b) == 8
+                # K-major: lane t reads k .. k + 3 of column cg + CG·i, rows of n consecutive over the lanes
+                kb = {(_element(bn * 128, t % cgs + cgs * i, (t // cgs) * ks + k4, 4) // 16) % 8 for t in lanes}
+                assert len(kb) == 8
             assert len({_element(16 * 128, 3, (t // cgs) * ks + k4, 4) for t in lanes}) == 1
 
 
@@ -144,6 +188,38 @@ def test_every_column_is_multiplied_by_one_warp_and_stored_by_one_block(bn, cs, 
     assert loaded == list(range(bn))
     stored = sorted(rank * (bn // cs) + i for rank in range(cs) for i in range(bn // cs))
     assert stored == list(range(bn))
+
+
+def _placement(m, n, k, b_order, size):
+    b = fresh((k, n), size) if b_order == "row" else fresh((n, k), size).T
+    return Placement(fresh((m, k), size), b, fresh((m, n), size))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_column_major_b_goes_to_the_k_major_twin(name):
+    """x @ W.T (W stored N×K): the decode entry would copy W row-major on every call; its twin reads it."""
+    v = catalogue()[name]
+    key = "tf32" if v.acc == "tf32" else v.dtype
+    size = 4 if v.dtype == "float32" else 2
+    decision = dispatch.Decision(name, "a table said so")
+    col = placement_rules.b_layout(dispatch.Gpu("unknown GPU", 90), key, decision, _placement(16, 4096, 4096, "col", size), ())
+    twin = catalogue()[col.variant]
+    assert twin.family is KMAJOR and "B-layout rule" in col.reason
+    assert (twin.params, twin.acc) == (v.params, v.acc)
+    assert _placement(16, 4096, 4096, "col", size).for_variant(v).copy_b
+    assert not _placement(16, 4096, 4096, "col", size).for_variant(twin).copies
+    row = _placement(16, 4096, 4096, "row", size)
+    assert placement_rules.b_layout(dispatch.Gpu("unknown GPU", 90), key, decision, row, ()) is decision
+
+
+def test_the_default_reads_a_linear_layers_weight_in_place():
+    """The whole choice, table included, for x @ W.T on the H100: a K-major few-rows kernel at every row count."""
+    h100 = dispatch.Gpu("NVIDIA H100 80GB HBM3", 90, 132)
+    for key, size in (("float16", 2), ("bfloat16", 2), ("float32", 4), ("tf32", 4)):
+        for m, n in ((1, 4096), (4, 4096), (16, 1024), (16, 4096), (8, 14336)):
+            placement = _placement(m, n, 4096, "col", size)
+            v = catalogue()[dispatch.choose(h100, key, m, n, 4096, placement=placement).variant]
+            assert v.family.b_layout == "col" and not placement.for_variant(v).copies, (key, m, n, v.name)
 
 
 def test_coordinates_past_32_bits_are_refused_before_any_tensor_map():

@@ -4,7 +4,9 @@ templates/decode.cu.j2. A cluster of CS blocks owns BN columns of C and block r 
 of K: B (K×N, row-major) streams through a TMA ring of STAGES stages into each block, WARPS warps multiply
 it, and the blocks' partial tiles are summed in distributed shared memory, in rank order, by the block
 that stores each column. So the split of K costs no workspace, no atomics and no second kernel, and a
-repeat is bitwise the same. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16) and tf32
+repeat is bitwise the same. Two families share the template: `decode` reads B row-major (x @ W with W
+stored K×N), `decode_kmajor` column-major (x @ W.T with W stored N×K, as linear layers keep it), each in
+place. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16) and tf32
 (m16n8k8), A's 16 rows as the m16, and on CUDA cores for exact float32 (4 columns × 16 rows a thread).
 
 The grid is one cluster per BN columns of C: `tile` is the BN / CS columns one block stores, which makes
@@ -18,6 +20,8 @@ TMA needs 16-byte aligned bases and leading dimensions: `align` is 16 bytes of e
 otherwise).
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -74,7 +78,10 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
         raise InputError(f"{variant.name} addresses K and N below 2**31 - {p['BK']} and 2**31 - {p['BN']}; "
                          f"got K={k}, N={n}: use a skinny variant")
     map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=ROWS, box_cols=box(dtype))
-    map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=box(dtype))
+    if variant.family.b_layout == "col":  # K-major B: the map is over Bᵀ, N rows of K contiguous elements
+        map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=box(dtype))
+    else:
+        map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=box(dtype))
     return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc), np.float32(alpha),
             np.float32(beta))
 
@@ -108,4 +115,20 @@ DECODE = Family(
     pdl=True,
 )
 
-FAMILIES = (DECODE,)
+
+
+def _kmajor_box(p, dtype, acc):
+    if p["BN"] > 256:
+        yield ConfigError("BN", p["BN"], "at most 256: a K-major B moves in boxes of BN rows (TMA's limit)")
+
+
+DECODE_KMAJOR = dataclasses.replace(
+    DECODE,
+    name="decode_kmajor",
+    doc="Hopper, M <= 16, B column-major (x @ W.T): B streamed by TMA, K split over a cluster of CS blocks "
+        "and summed in distributed shared memory",
+    rules=(_rules, _kmajor_box),
+    b_layout="col",
+)
+
+FAMILIES = (DECODE, DECODE_KMAJOR)

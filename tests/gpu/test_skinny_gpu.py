@@ -1,4 +1,4 @@
-"""The few-rows families on the GPU (skinny, skinny_kmajor, and decode on Hopper): every entry against a
+"""The few-rows families on the GPU (skinny, skinny_kmajor, and decode and decode_kmajor on Hopper): every entry against a
 float64 reference on ragged shapes, both orientations (few rows, and few columns through the operand swap),
 Fortran order, beta != 0, NaN-poisoned outputs, forced and automatic split counts, and bitwise
 repeatability."""
@@ -15,8 +15,8 @@ from cupy_gemm.launch import compute_capability
 
 _CC = compute_capability(cupy.cuda.Device()) if cupy.cuda.is_available() else 90
 NAMES = [n for n, v in registry.catalogue().items()
-         if v.family.name in ("skinny", "skinny_kmajor", "decode") and v.runs_on(_CC)]
-DECODE = [n for n in NAMES if registry.lookup(n).family.name == "decode"]
+         if v.family.name in ("skinny", "skinny_kmajor", "decode", "decode_kmajor") and v.runs_on(_CC)]
+DECODE = [n for n in NAMES if registry.lookup(n).family.name.startswith("decode")]
 NS = (1, 17, 4095, 4096)
 KS = (1, 127, 1000, 4096, 16384)
 # one entry per family and dtype for the split-count tests (each SPLIT_K value is a compile)
@@ -138,6 +138,20 @@ def test_decode_cluster_sum_is_right_and_bitwise_repeatable(name):
     """The blocks of a cluster sum their K slices in distributed shared memory in rank order: right where
     a slice is empty (K shorter than the cluster's blocks' stages) or ragged, and the same bits every time."""
     _right_and_repeatable(registry.lookup(name), ((16, 4096, 4096), (5, 1000, 64), (16, 136, 200), (1, 8, 16384)), name)
+
+
+@pytest.mark.parametrize("precision", ["float16", "bfloat16", "fp32", "tf32"])
+def test_the_default_reads_a_linear_layers_weight_in_place(precision):
+    """x @ W.T with W stored N×K: the default takes a K-major few-rows kernel, copies nothing, and is right."""
+    dtype = "float32" if precision in ("fp32", "tf32") else precision
+    for m, n, k in ((1, 4096, 4096), (16, 1000, 4104), (7, 4040, 136)):  # K, N aligned: nothing to pad
+        x = verify.random_operand((m, k), dtype, 3 * m + n)
+        w = verify.random_operand((n, k), dtype, 5 * n + k)
+        ref, scale = verify.reference(x, w.T)
+        plan = cupy_gemm.plan(x, w.T, precision=precision if dtype == "float32" else None)
+        assert plan.variant.family.b_layout == "col", (m, n, k, plan.variant.name)
+        out = plan()
+        assert verify.check(out, ref, scale, plan.variant.dtype, plan.variant.acc, k).ok, (m, n, k, plan.variant.name)
 
 
 def test_auto_split_uses_several_splits():
