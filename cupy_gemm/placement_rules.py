@@ -57,11 +57,11 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
     return Decision(decision.variant, decision.reason, tuple(notes))
 
 
-# a family whose entries copy a B of the other layout -> the family that reads that layout in place. The
-# few-rows families matter most: x @ W.T with W stored N×K (a linear layer's weight) is a column-major B,
-# and copying it costs more than the product.
-B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32", "decode": "decode_kmajor",
-                  "skinny": "skinny_kmajor"}
+# a family whose entries copy a B of the other layout -> the family that reads that layout in place.
+# x @ W.T with W stored N×K (a linear layer's weight) is a column-major B: copying it costs as much as a
+# prefill-sized product and ten times a decode-sized one.
+B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32", "wgmma": "wgmma_kmajor",
+                  "decode": "decode_kmajor", "skinny": "skinny_kmajor"}
 
 
 def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:

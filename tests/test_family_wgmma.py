@@ -153,3 +153,51 @@ def test_tensor_map_rules_accept_padded_operands():
     tma.check_2d(1 << 20, "bfloat16", 1, 8, 8, 128, 64)        # one row, box larger than the matrix
     tma.check_2d(1 << 20, "float16", 4095, 4096, 4104, 128, 64)
     assert np.dtype(tma.MAP_DTYPE).itemsize == tma.TENSOR_MAP_BYTES
+
+
+KMAJOR = family("wgmma_kmajor")
+KMAJOR_NAMES = [n for n, v in catalogue().items() if v.family is KMAJOR]
+
+
+def test_every_entry_has_a_k_major_twin_of_the_same_parameters():
+    """x @ W.T (W stored N×K) is a column-major B: wgmma_kmajor reads it in place, wgmma would copy it."""
+    assert WGMMA.b_layout is None and KMAJOR.b_layout == "col" and KMAJOR.template == WGMMA.template
+    twins = {n.replace("gemm_wgmma_", "gemm_wgmma_kmajor_"): catalogue()[n] for n in NAMES}
+    assert sorted(twins) == sorted(KMAJOR_NAMES)
+    for name, v in twins.items():
+        assert (catalogue()[name].dtype, catalogue()[name].params) == (v.dtype, v.params)
+
+
+@pytest.mark.parametrize("name", KMAJOR_NAMES[:4] + [n for n in KMAJOR_NAMES if "cluster2" in n][:2])
+def test_kmajor_reads_b_without_the_transpose_bit(name):
+    src = render(catalogue()[name])
+    assert "constexpr bool B_KMAJOR = 1;" in src and "wgmma_async<B_KMAJOR ? 0 : 1>" in src
+    assert "constexpr bool B_KMAJOR = 0;" in render(catalogue()[name.replace("_kmajor", "")])
+    if "cluster2" in name:  # each block multicasts its rows of n of every box
+        assert "tile.col0 + rank * B_SHARE_ROWS" in src
+
+
+def test_kmajor_clusters_share_rows_of_b():
+    p = {**catalogue()[FLAGSHIP].params, "CLUSTER": 2}
+    make_variant(KMAJOR, "ok", "float16", p)  # one 64-wide k box: split by rows, not by boxes
+    with pytest.raises(ConfigError, match="1 with split-K or PINGPONG") as e:
+        make_variant(KMAJOR, "bad", "float16", {**p, "SPLIT_K": 0})
+    assert e.value.param == "CLUSTER"
+
+
+def test_kmajor_tensor_map_is_over_b_transposed_in_cluster_shares():
+    from cupy_gemm.families import wgmma
+    seen = []
+    real = tma.tensor_map_2d
+    try:
+        tma.tensor_map_2d = lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128
+        for name, rows in (("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2", 256),
+                           ("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2_cluster2", 128)):
+            v = catalogue()[name]
+            Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
+            wgmma.make_args(v, Fake, Fake, Fake, 300, 1000, 4096, 4096, 4096, 1000, 1.0, 0.0)
+            b = seen[1]
+            assert (b["rows"], b["cols"], b["ld"], b["box_rows"]) == (1000, 4096, 4096, rows)
+            seen.clear()
+    finally:
+        tma.tensor_map_2d = real

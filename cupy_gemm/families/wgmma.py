@@ -1,8 +1,11 @@
 """Hopper (sm_90a): TMA + wgmma, warp-specialised and persistent; fp32 accumulate.
 
-Two families share templates/wgmma.cu.j2:
+Four families share templates/wgmma.cu.j2:
 
 - `wgmma`: fp16/bf16 inputs, every matrix row-major; wgmma reads B N-major through its transpose bit.
+- `wgmma_kmajor`: `wgmma` reading a column-major B (x @ W.T with W stored N×K, as linear layers keep it)
+  in place, K-major like A; its entries are `wgmma`'s, and the dispatch's B-layout rule hands such a B to
+  the twin of the entry it chose. In clusters each block multicasts half the rows of n of every B box.
 - `wgmma_tf32`: fp32 inputs multiplied as tf32. The tensor maps of A and B have the copy engine's tf32
   data type, so TMA rounds each element to tf32 (to nearest, ties to even, as cuBLAS's TF32 mode does)
   on its way to shared memory, at no cost; with plain fp32 maps the tensor cores would truncate instead
@@ -22,7 +25,7 @@ C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves t
                 const __grid_constant__ CUtensorMap map_c, T* C, int M, int N, int K, long long ldc,
                 float alpha, float beta, int splits, void* workspace)
 
-with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32, column-major. The copy engine
+with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32 and wgmma_kmajor, column-major. The copy engine
 zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs 16-byte aligned
 base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API guarantee
 (padding when a problem does not meet it).
@@ -110,6 +113,14 @@ def _rule_cluster(p, dtype, acc):
                           f"multicasts an equal share")
 
 
+def _rule_cluster_kmajor(p, dtype, acc):
+    """A K-major B: the cluster's blocks each multicast BN / CLUSTER rows of n of every box, whole 8-row
+    swizzle atoms since BN is a multiple of 64 (_rule_tiles), so any number of k boxes will do."""
+    if p["CLUSTER"] != 1 and (p["SPLIT_K"] != 1 or p["PINGPONG"]):
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
+                          "same tiles in step)")
+
+
 def _no_cluster(p, dtype, acc):
     if p["CLUSTER"] != 1:
         yield ConfigError("CLUSTER", p["CLUSTER"], "1: the transposing producer reads each B stage it lands")
@@ -136,7 +147,7 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     row, size, c_row, c_size = _elems_per_row(dtype), CUDA_TYPES[dtype][1], _elems_per_row(out), CUDA_TYPES[out][1]
     operand = "tfloat32" if variant.acc == "tf32" else dtype  # TMA rounds fp32 operands to tf32 (nearest even)
     if variant.family.b_layout == "col":  # K-major B: the map is over Bᵀ, N rows of K contiguous elements
-        b_rows, b_cols, b_box = n, k, p["BN"]
+        b_rows, b_cols, b_box = n, k, p["BN"] // p["CLUSTER"]  # a cluster's blocks each load their rows
     else:
         b_rows, b_cols, b_box = k, n, p["BK"]
     maps = ((A, operand, m, k, lda, p["BM"], row, size), (B, operand, b_rows, b_cols, ldb, b_box, row, size),
@@ -251,4 +262,14 @@ WGMMA_TF32_ROWB = Family(
     **{**_COMMON, "smem_bytes": smem_bytes_rowb, "rules": (_rule_tiles, _registers_rule(168), _no_cluster)},
 )
 
-FAMILIES = (WGMMA, WGMMA_TF32, WGMMA_TF32_ROWB)
+WGMMA_KMAJOR = Family(
+    name="wgmma_kmajor",
+    doc="Hopper 16-bit with B column-major (x @ W.T, W stored N×K) read in place, K-major as wgmma prefers "
+        "it (no transpose bit); as `wgmma` otherwise",
+    params=_params((64, 128), 64),
+    dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
+    b_layout="col",
+    **{**_COMMON, "rules": (_rule_tiles, _registers_rule(192), _rule_cluster_kmajor)},
+)
+
+FAMILIES = (WGMMA, WGMMA_TF32, WGMMA_TF32_ROWB, WGMMA_KMAJOR)

@@ -1,7 +1,8 @@
 """The Hopper families on a Hopper GPU, beyond the generic variant suite: box edges of the copy engine,
 both epilogues, strided operands the tensor maps take in place, persistent tile walks, tensor maps; for
 TF32, B read in place when column-major and copied when not, and the inputs' tf32 rounding; for TF32 with
-a row-major B (wgmma_tf32_rowb), the transpose in shared memory."""
+a row-major B (wgmma_tf32_rowb), the transpose in shared memory; for 16-bit inputs with a column-major B
+(wgmma_kmajor, x @ W.T), B read in place by every entry, clusters included, and by the default path."""
 import cupy
 import pytest
 
@@ -146,6 +147,48 @@ def test_tf32_both_epilogues(name):
     _check(name, m, n, k, alpha=-0.5, c=c)
     _check(name, m, n, k, alpha=0.5, beta=2.0, c=c)
     _check(name, m, n, k, alpha=0.0, beta=1.0, c=c)
+
+
+KMAJOR_NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "wgmma_kmajor"]
+
+
+@pytest.mark.parametrize("name", KMAJOR_NAMES)
+def test_kmajor_reads_a_linear_layers_weight_in_place(name):
+    """x @ W.T with W stored N×K (and a view of a wider W): the copy engine reads W as it lies; box edges,
+    a ragged K tail, beta != 0, and more tiles than SMs (clusters: tiles below M in a cluster)."""
+    _needs_bf16(name)
+    v = registry.lookup(name)
+    fam = v.family
+    for m, n, k in ((1, 8, 8), (200, 520, 136), (129, 264, 4168), (2000, 2056, 200), (4096, 1000, 1000)):
+        x = verify.random_operand((m, k), v.dtype, m + k)
+        w_wide = verify.random_operand((n, k + 24), v.dtype, n + k)
+        for w in (verify.random_operand((n, k), v.dtype, n), w_wide[:, :k]):
+            out = cupy.full((m, n), cupy.nan, dtype=x.dtype)
+            ops = operands.resolve(x, w.T, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
+            assert ops.B is w.T and ops.zero_copy, (name, m, n, k)
+            cupy_gemm.matmul(x, w.T, variant=name, out=out)
+            ref, scale = verify.reference(x, w.T)
+            verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
+            assert verdict.ok, f"{name} {m}x{n}x{k}: {verdict}"
+    c = verify.random_operand((300, 264), v.dtype, 7)
+    x, w = verify.random_operand((300, 512), v.dtype, 8), verify.random_operand((264, 512), v.dtype, 9)
+    out = cupy_gemm.gemm(x, w.T, c, alpha=0.5, beta=-2.0, variant=name)
+    ref, scale = verify.reference(x, w.T, c, 0.5, -2.0)
+    assert verify.check(out, ref, scale, v.dtype, v.acc, 512).ok, f"{name} beta"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_default_reads_a_column_major_b_in_place(dtype):
+    if dtype == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    for m, n, k in ((2048, 4096, 4096), (128, 4096, 4096), (64, 14336, 4096), (5000, 3000, 1000)):
+        x = verify.random_operand((m, k), dtype, m)
+        w = verify.random_operand((n, k), dtype, n)
+        plan = cupy_gemm.plan(x, w.T)
+        assert plan.variant.family.name == "wgmma_kmajor", (m, n, k, plan.variant.name)
+        out = plan()
+        ref, scale = verify.reference(x, w.T)
+        assert verify.check(out, ref, scale, dtype, "float32", k).ok, (m, n, k, plan.variant.name)
 
 
 def test_tf32_column_major_b_is_used_in_place():
