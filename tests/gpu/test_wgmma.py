@@ -163,11 +163,11 @@ def test_kmajor_reads_a_linear_layers_weight_in_place(name):
         x = verify.random_operand((m, k), v.dtype, m + k)
         w_wide = verify.random_operand((n, k + 24), v.dtype, n + k)
         for w in (verify.random_operand((n, k), v.dtype, n), w_wide[:, :k]):
-            out = cupy.full((m, n), cupy.nan, dtype=x.dtype)
-            ops = operands.resolve(x, w.T, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
-            assert ops.B is w.T and ops.zero_copy, (name, m, n, k)
-            cupy_gemm.matmul(x, w.T, variant=name, out=out)
-            ref, scale = verify.reference(x, w.T)
+            out, wt = cupy.full((m, n), cupy.nan, dtype=x.dtype), w.T
+            ops = operands.resolve(x, wt, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
+            assert ops.B is wt and ops.zero_copy, (name, m, n, k)
+            cupy_gemm.matmul(x, wt, variant=name, out=out)
+            ref, scale = verify.reference(x, wt)
             verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
             assert verdict.ok, f"{name} {m}x{n}x{k}: {verdict}"
     c = verify.random_operand((300, 264), v.dtype, 7)
