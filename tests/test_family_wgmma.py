@@ -192,7 +192,9 @@ def test_kmajor_tensor_map_is_over_b_transposed_in_cluster_shares():
     try:
         tma.tensor_map_2d = lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128
         for name, rows in (("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2", 256),
-                           ("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2_cluster2", 128)):
+                           ("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2_cluster2", 128),
+                           ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2", 256),  # families that share make_args
+                           ("sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", 128)):
             v = catalogue()[name]
             Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
             wgmma.make_args(v, Fake, Fake, Fake, 300, 1000, 4096, 4096, 4096, 1000, 1.0, 0.0)
