@@ -21,6 +21,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--gpu", help='the GPU\'s name as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3" (with --cc: '
                                  'no GPU needed); default: the current GPU')
     p.add_argument("--cc", type=int, help="its compute capability, e.g. 90 (with --gpu)")
+    p.add_argument("--b-layout", choices=("row", "col"), default="row",
+                   help="B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W stored N×K "
+                        "as linear layers keep it)")
 
 
 def run(args) -> int:
@@ -29,7 +32,7 @@ def run(args) -> int:
         if (args.gpu is None) != (args.cc is None):
             raise ValueError("--gpu and --cc go together (both name a GPU that need not be present)")
         device = (args.gpu, args.cc) if args.gpu is not None else None
-        print(dispatch.explain(args.dtype, m, n, k, device, args.precision), end="")
+        print(dispatch.explain(args.dtype, m, n, k, device, args.precision, args.b_layout), end="")
         return 0
     except (CupyGemmError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

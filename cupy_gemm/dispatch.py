@@ -256,9 +256,12 @@ def describe_gpu(name: str, cc: int) -> Gpu:
     return Gpu(name, cc, table["gpu"].get("sm_count") if table else None)
 
 
-def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = None) -> str:
+def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = None, b_layout: str = "row") -> str:
     """Which variant `matmul(variant=None)` runs for an m×n×k product of `dtype`, and why. device: a CUDA
-    device id or cupy Device (None: the current one), or a Gpu / (name, cc) pair for a GPU not present."""
+    device id or cupy Device (None: the current one), or a Gpu / (name, cc) pair for a GPU not present.
+    b_layout: "row" (B is K×N, C-contiguous) or "col" (B column-major, as W.T of a linear layer's N×K W)."""
+    if b_layout not in ("row", "col"):
+        raise ValueError(f"b_layout must be 'row' or 'col', not {b_layout!r}")
     if isinstance(device, tuple) and not isinstance(device, Gpu):
         device = describe_gpu(*device)
     if not isinstance(device, Gpu):
@@ -272,13 +275,15 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
         device = gpu_of(device if isinstance(device, int) else device.id)
     key = defaults_key(dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype)), precision)
     itemsize = 2 if key in ("float16", "bfloat16") else 4
-    fresh_arrays = Placement(fresh((m, k), itemsize), fresh((k, n), itemsize), fresh((m, n), itemsize))
+    b = fresh((k, n), itemsize) if b_layout == "row" else fresh((n, k), itemsize).T
+    fresh_arrays = Placement(fresh((m, k), itemsize), b, fresh((m, n), itemsize))
     decision = choose(device, key, m, n, k, placement=fresh_arrays)
     sms = f"{device.sm_count} SMs" if device.sm_count else f"SM count unknown, {ASSUMED_SM_COUNT} assumed"
     lines = [f"{key} {m}×{n}×{k} on {device.name} (sm_{device.cc}, {sms})",
              f"variant: {decision.variant}", f"why: {decision.reason}"]
     lines += [f"note: {s}" for s in decision.notes]
-    lines.append("note: operands taken as new contiguous arrays; views, offsets and Fortran order can add copies")
+    lines.append("note: operands taken as new contiguous arrays" + (", B as the transpose of one (x @ W.T)" if b_layout ==
+                 "col" else "") + "; views, offsets and Fortran order can add copies")
     if key == "float32" and precision is None:
         lines.append("note: CUPY_TF32=1 (or precision tf32 / 3xtf32) would choose among tensor-core variants")
     return "\n".join(lines) + "\n"

@@ -354,6 +354,17 @@ def test_explain_command(table, capsys):
     assert "--gpu and --cc go together" in capsys.readouterr().err
 
 
+def test_explain_a_column_major_b():
+    """x @ W.T: the B-layout rule's twin reads W in place, and the explanation says so."""
+    text = dispatch.explain("float16", 16, 4096, 4096, ("NVIDIA H100 80GB HBM3", 90), b_layout="col")
+    assert "variant: hgemv_decode_kmajor_" in text and "B-layout rule" in text and "x @ W.T" in text
+    text = dispatch.explain("bfloat16", 4096, 4096, 4096, ("NVIDIA H100 80GB HBM3", 90), b_layout="col")
+    assert "variant: bgemm_wgmma_kmajor_" in text
+    assert "kmajor" not in dispatch.explain("float16", 16, 4096, 4096, ("NVIDIA H100 80GB HBM3", 90))
+    with pytest.raises(ValueError, match="b_layout must be"):
+        dispatch.explain("float16", 16, 4096, 4096, ("NVIDIA H100 80GB HBM3", 90), b_layout="nk")
+
+
 def test_matmul_default_follows_the_table(table, gpu):
     """variant=None on a fake H100: the table's choice is what launches."""
     gpu.info = H100
