@@ -282,8 +282,8 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
     lines = [f"{key} {m}×{n}×{k} on {device.name} (sm_{device.cc}, {sms})",
              f"variant: {decision.variant}", f"why: {decision.reason}"]
     lines += [f"note: {s}" for s in decision.notes]
-    lines.append("note: operands taken as new contiguous arrays" + (", B as the transpose of one (x @ W.T)" if b_layout ==
-                 "col" else "") + "; views, offsets and Fortran order can add copies")
+    given = ", B as the transpose of one (x @ W.T)" if b_layout == "col" else ""
+    lines.append(f"note: operands taken as new contiguous arrays{given}; views, offsets and Fortran order can add copies")
     if key == "float32" and precision is None:
         lines.append("note: CUPY_TF32=1 (or precision tf32 / 3xtf32) would choose among tensor-core variants")
     return "\n".join(lines) + "\n"

@@ -202,14 +202,15 @@ def test_a_column_major_b_goes_to_the_k_major_twin(name):
     key = "tf32" if v.acc == "tf32" else v.dtype
     size = 4 if v.dtype == "float32" else 2
     decision = dispatch.Decision(name, "a table said so")
-    col = placement_rules.b_layout(dispatch.Gpu("unknown GPU", 90), key, decision, _placement(16, 4096, 4096, "col", size), ())
+    gpu = dispatch.Gpu("unknown GPU", 90)
+    col = placement_rules.b_layout(gpu, key, decision, _placement(16, 4096, 4096, "col", size), ())
     twin = catalogue()[col.variant]
     assert twin.family is KMAJOR and "B-layout rule" in col.reason
     assert (twin.params, twin.acc) == (v.params, v.acc)
     assert _placement(16, 4096, 4096, "col", size).for_variant(v).copy_b
     assert not _placement(16, 4096, 4096, "col", size).for_variant(twin).copies
     row = _placement(16, 4096, 4096, "row", size)
-    assert placement_rules.b_layout(dispatch.Gpu("unknown GPU", 90), key, decision, row, ()) is decision
+    assert placement_rules.b_layout(gpu, key, decision, row, ()) is decision
 
 
 def test_the_default_reads_a_linear_layers_weight_in_place():
