@@ -22,10 +22,13 @@ def run(args, console) -> int:
     unknown = [d for d in dtypes if d not in corpus_records.DTYPES]
     if unknown:
         raise ValueError(f"--dtype {', '.join(unknown)}: a corpus run takes {', '.join(corpus_records.DTYPES)}")
+    if args.table and args.b_layout != "row":
+        raise ValueError("--table files entries for a row-major B (the dispatch tables' layout); leave out "
+                         "--b-layout col")
     devices.gpu_count()  # no GPU: a DeviceError now, not a CUDA error from deep inside
     out = Path(args.out or ".")
     settings = corpus_bench.Settings(repeats=args.repeats, check=not args.no_check, seed=args.seed,
-                                     torch=not args.no_torch)
+                                     torch=not args.no_torch, b_layout=args.b_layout)
     command = " ".join(["cupy-gemm", *sys.argv[1:]])
     meta, rows = corpus_bench.run(corpus.shapes(args.shapes), dtypes, variants=_candidates(args), settings=settings,
                                   progress=console.print, command=command,

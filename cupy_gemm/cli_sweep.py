@@ -58,6 +58,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "the default path against cupy.matmul and torch.matmul (--dtype also takes tf32)")
     p.add_argument("--out", help="corpus runs: the folder for corpus.json, corpus.csv and corpus.md (default .)")
     p.add_argument("--no-torch", action="store_true", help="corpus runs: leave torch.matmul out")
+    p.add_argument("--b-layout", choices=("row", "col"), default="row",
+                   help="corpus runs: B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W "
+                        "stored N×K as linear layers keep it)")
     p.add_argument("--table", help="corpus runs with --variant: write the fastest candidate per shape as a "
                    "dispatch table (kernels/dispatch/table-<gpu>.toml)")
     p.add_argument("--quick", action="store_true",

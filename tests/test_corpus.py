@@ -204,6 +204,8 @@ def test_tables_from_records():
     text = corpus_tables.markdown(meta, rows)
     assert "NVIDIA H100 80GB HBM3, driver 13.0, CuPy 14.2.0, NVRTC 13.0, torch 2.11, 2026-11-23, copy bandwidth " \
            "3000 GB/s" in text
+    assert "x @ W.T" not in text
+    assert "B column-major: x @ W.T" in corpus_tables.markdown({**meta, "settings": {"b_layout": "col"}}, rows)
     lines = text.splitlines()
     assert lines.index("#### float16") < lines.index("#### float32")
     row = next(line for line in lines if line.startswith("| test.16x4096x4096 "))
@@ -254,6 +256,10 @@ def test_bench_command_rejects_bad_arguments():
         return subprocess.run([sys.executable, "-m", "cupy_gemm.cli", "bench", *args], capture_output=True, text=True)
     bad = bench("--shapes", "llm-small", "--dtype", "float64", "--out", "x")
     assert bad.returncode == 2 and "float64" in bad.stderr and "Traceback" not in bad.stderr
+    bad = bench("--shapes", "llm-small", "--variant", "hgemv*", "--table", "t.toml", "--b-layout", "col")
+    assert bad.returncode == 2 and "--b-layout col" in bad.stderr and "Traceback" not in bad.stderr
+    bad = bench("--shapes", "llm-small", "--b-layout", "nk")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
     from cupy_gemm import devices
     try:
         devices.gpu_count()
@@ -273,3 +279,10 @@ def test_tf32_candidates_include_exact_float32_kernels():
     assert pick("tf32") == names[:3]
     assert pick("float32") == names[:2]
     assert pick("float16") == names[4:]
+
+
+def test_settings_take_the_two_layouts_of_b():
+    from cupy_gemm.measure import corpus_bench
+    assert corpus_bench.Settings().b_layout == "row" and corpus_bench.Settings(b_layout="col").b_layout == "col"
+    with pytest.raises(ValueError, match="b_layout must be one of row, col"):
+        corpus_bench.Settings(b_layout="nk")

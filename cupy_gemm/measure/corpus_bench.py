@@ -9,6 +9,7 @@ Precisions: float16 and bfloat16 (fp32 accumulation), float32 (exact, CUDA cores
 tf32 (float32 inputs on TF32 tensor cores for all three).
 
     cupy-gemm bench --shapes llm-small --dtype float16 --dtype tf32 --out DIR
+    cupy-gemm bench --shapes llm-small --b-layout col --out DIR      # x @ W.T, W stored N×K
 
 With `variants=[...]` each shape times those of the variants that serve the precision instead of the
 default, recording each and marking the fastest correct one `best`: what a dispatch table is made from.
@@ -42,6 +43,14 @@ class Settings:
     check: bool = True
     torch: bool = True  # compare with torch.matmul when PyTorch is importable
     seed: int = 0
+    b_layout: str = "row"  # "row": B stored K×N (x @ W); "col": B the transpose of an N×K array (x @ W.T)
+
+    def __post_init__(self):
+        if self.b_layout not in B_LAYOUTS:
+            raise ValueError(f"b_layout must be one of {', '.join(B_LAYOUTS)}, not {self.b_layout!r}")
+
+
+B_LAYOUTS = ("row", "col")
 
 
 def input_dtype(mode: str) -> str:
@@ -84,8 +93,9 @@ def precision(mode: str):
             torch.backends.cuda.matmul.allow_tf32 = torch_tf32
 
 
-def operand_sets(mnk: tuple[int, int, int], dtype: str, count: int, seed: int) -> list[tuple]:
-    """`count` sets (A, B, out), inputs random normal: never zeros, which would hide a wrong index."""
+def operand_sets(mnk: tuple[int, int, int], dtype: str, count: int, seed: int, b_layout: str = "row") -> list[tuple]:
+    """`count` sets (A, B, out), inputs random normal: never zeros, which would hide a wrong index. b_layout
+    "col": B is the transpose of a C-contiguous N×K array, as a linear layer's weight in x @ W.T."""
     import cupy
     m, n, k = mnk
     target = numpy_dtype(dtype)
@@ -93,7 +103,10 @@ def operand_sets(mnk: tuple[int, int, int], dtype: str, count: int, seed: int) -
     for i in range(count):
         rng = cupy.random.default_rng(seed + i)
         a = rng.standard_normal((m, k), dtype=cupy.float32).astype(target)
-        b = rng.standard_normal((k, n), dtype=cupy.float32).astype(target)
+        if b_layout == "col":
+            b = rng.standard_normal((n, k), dtype=cupy.float32).astype(target).T
+        else:
+            b = rng.standard_normal((k, n), dtype=cupy.float32).astype(target)
         sets.append((a, b, cupy.empty((m, n), dtype=target)))
     return sets
 
@@ -171,7 +184,7 @@ def measure_shape(shape: Shape, mode: str, settings: Settings, bandwidth: float,
     import cupy
     itemsize = numpy_dtype(input_dtype(mode)).itemsize
     count = timing.rotation_count(records_.min_bytes(*shape.mnk, itemsize), timing.l2_bytes(cupy.cuda.Device().id))
-    sets = operand_sets(shape.mnk, input_dtype(mode), count, settings.seed)
+    sets = operand_sets(shape.mnk, input_dtype(mode), count, settings.seed, settings.b_layout)
     calls = baseline_calls(sets, _torch() if settings.torch else None)
     plans, outcomes = _ours(sets, [None] if variants is None else variants)
     calls.update(plans)
@@ -190,7 +203,7 @@ def host_records(mode: str, settings: Settings) -> list[dict]:
     torch = _torch() if settings.torch else None
     out = []
     for size in settings.host_sizes:
-        sets = operand_sets((size, size, size), input_dtype(mode), 1, settings.seed)
+        sets = operand_sets((size, size, size), input_dtype(mode), 1, settings.seed, settings.b_layout)
         a, b, o = sets[0]
         calls = {"ours": lambda: api.matmul(a, b, out=o),
                  **{key: c[0] for key, c in baseline_calls(sets, torch).items()}}

@@ -113,7 +113,8 @@ def candidate_table(records: list[dict]) -> str:
 
 def markdown(meta: dict, records: list[dict]) -> str:
     """The whole section: provenance line, the per-precision shape tables, the host-cost table."""
-    parts = [f"Measured on {heading(meta)}. Command: `{meta.get('command', '')}`.", "", shape_tables(records)]
+    layout = " B column-major: x @ W.T with W stored N×K." if meta.get("settings", {}).get("b_layout") == "col" else ""
+    parts = [f"Measured on {heading(meta)}. Command: `{meta.get('command', '')}`.{layout}", "", shape_tables(records)]
     host, chosen = host_table(records), candidate_table(records)
     if host:
         parts += ["#### Host cost per call", "", host, ""]

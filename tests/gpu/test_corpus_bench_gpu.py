@@ -1,12 +1,14 @@
 """The corpus benchmark on a GPU: a three-shape run yields complete, checked records in every precision,
-the precision switch reaches all three libraries and is undone, candidates are ranked."""
+the precision switch reaches all three libraries and is undone, candidates are ranked, and a run with B
+column-major (x @ W.T) times the kernels that read it in place."""
 import os
 
+import cupy
 import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import registry
+from cupy_gemm import devices, registry
 from cupy_gemm.measure import corpus, corpus_bench, corpus_records
 from cupy_gemm.present import corpus_tables
 
@@ -49,6 +51,17 @@ def test_records_are_complete(run):
     hosts = [r for r in rows if r["kind"] == "host"]
     assert len(hosts) == len(corpus_records.DTYPES)
     assert all(r["ours_us"] > 0 and r["cupy_us"] > 0 and r["x_cupy"] > 0 for r in hosts)
+
+
+def test_a_column_major_b_is_timed_in_place():
+    settings = corpus_bench.Settings(repeats=3, warmup_ms=5.0, host_sizes=(64,), host_calls=50, b_layout="col")
+    meta, rows = corpus_bench.run(_shapes()[:1], ["float16", "float32"], settings=settings, command="test")
+    assert meta["settings"]["b_layout"] == "col"
+    shapes = [r for r in rows if r["kind"] == "corpus"]
+    assert len(shapes) == 2 and all(r["status"] == "ok" and 0 <= r["error"] <= 1 for r in shapes), shapes
+    if devices.compute_capability(cupy.cuda.Device().id) == 90:  # Hopper: the K-major twins
+        assert all("_kmajor" in r["variant"] for r in shapes), [r["variant"] for r in shapes]
+    assert "B column-major: x @ W.T" in corpus_tables.markdown(meta, rows)
 
 
 def test_precisions_reach_every_library(run):
