@@ -143,8 +143,10 @@ def arrange(a: Geometry, b: Geometry, c: Geometry, layout: str, align: int, b_la
 
 
 def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, beta_read: bool) -> Arrangement:
-    """The product as given, or (may_swap) its transpose where only that one is zero-copy. A C of another
-    dtype than A and B (a family that converts) is aligned to as many bytes in its own elements."""
+    """The product as given, or (may_swap) its transpose where only that one is zero-copy, or where both
+    copy an operand and the transpose's copies move fewer bytes (x @ W.T with a small x and a kernel that
+    reads B row-major: copying x and C beats copying W). A C of another dtype than A and B (a family that
+    converts) is aligned to as many bytes in its own elements."""
     other = "col" if layout == "row" else "row"
     out_align = c_align(align, a.itemsize, c.itemsize)
     m, k = a.shape
@@ -154,7 +156,13 @@ def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, bet
         return k % align == 0 and (cols if layout == "row" else rows) % align == 0
 
     if aligned(m, n) and fits(c, layout, out_align) is not None:
-        return _in_place(a, b, orders, align, swapped)
+        given = _in_place(a, b, orders, align, swapped)
+        if not (may_swap and given.copies and aligned(n, m)):
+            return given
+        turned = _in_place(b.T, a.T, orders, align, True)
+        if fits(c, other, out_align) is None:  # Cᵀ through a fresh array, copied back
+            turned = _plus(replace(turned, temp_c=True), (2 + 2 * beta_read) * c.nbytes, 1 + beta_read)
+        return turned if turned.traffic < given.traffic else given
     if may_swap and aligned(n, m) and fits(c, other, out_align) is not None:  # same kernel, transposes
         return _in_place(b.T, a.T, orders, align, True)
     if aligned(m, n):  # c is a view no kernel can write: compute into a fresh array, copy back
