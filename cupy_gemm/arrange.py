@@ -65,6 +65,11 @@ def fresh(shape, itemsize: int) -> Geometry:
     return Geometry((rows, cols), (cols * itemsize, itemsize), itemsize, 0)
 
 
+# how a caller's B may lie: "row", K×N C-contiguous (x @ W with W stored K×N), or "col", the transpose of an
+# N×K C-contiguous array (x @ W.T, as linear layers keep W); the benchmark and `explain` take either
+B_LAYOUTS = ("row", "col")
+
+
 def fits(x: Geometry, order: str, align: int) -> int | None:
     """x's leading dimension when a kernel of `order` needing `align` can use it in place, else None."""
     ld = leading_dim(x.shape, x.strides, x.itemsize, order)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 from . import dispatch
+from .arrange import B_LAYOUTS
 from .errors import CupyGemmError
 from .measure.shapes import parse_shape
 
@@ -21,7 +22,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--gpu", help='the GPU\'s name as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3" (with --cc: '
                                  'no GPU needed); default: the current GPU')
     p.add_argument("--cc", type=int, help="its compute capability, e.g. 90 (with --gpu)")
-    p.add_argument("--b-layout", choices=("row", "col"), default="row",
+    p.add_argument("--b-layout", choices=B_LAYOUTS, default="row",
                    help="B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W stored N×K "
                         "as linear layers keep it)")
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 
 from . import cli_corpus, config, registry, tuning
+from .arrange import B_LAYOUTS
 from .cli_output import FAILED, USAGE, fail
 from .errors import CompilerNotFoundError, CupyGemmError, DeviceError
 from .measure import grids, provenance, results, shapes as shapes_mod, space, sweep
@@ -58,7 +59,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "the default path against cupy.matmul and torch.matmul (--dtype also takes tf32)")
     p.add_argument("--out", help="corpus runs: the folder for corpus.json, corpus.csv and corpus.md (default .)")
     p.add_argument("--no-torch", action="store_true", help="corpus runs: leave torch.matmul out")
-    p.add_argument("--b-layout", choices=("row", "col"), default="row",
+    p.add_argument("--b-layout", choices=B_LAYOUTS, default="row",
                    help="corpus runs: B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W "
                         "stored N×K as linear layers keep it)")
     p.add_argument("--table", help="corpus runs with --variant: write the fastest candidate per shape as a "

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import placement_rules, registry, selection_tables
-from .arrange import Placement, fresh
+from .arrange import B_LAYOUTS, Placement, fresh
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, why_not  # noqa: F401  (dispatch's API)
 from .errors import ConfigError, DeviceError, DTypeError
 from .split_policy import MIN_K_PER_SPLIT, resident_blocks
@@ -260,8 +260,8 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
     """Which variant `matmul(variant=None)` runs for an m×n×k product of `dtype`, and why. device: a CUDA
     device id or cupy Device (None: the current one), or a Gpu / (name, cc) pair for a GPU not present.
     b_layout: "row" (B is K×N, C-contiguous) or "col" (B column-major, as W.T of a linear layer's N×K W)."""
-    if b_layout not in ("row", "col"):
-        raise ValueError(f"b_layout must be 'row' or 'col', not {b_layout!r}")
+    if b_layout not in B_LAYOUTS:
+        raise ValueError(f"b_layout must be one of {', '.join(B_LAYOUTS)}, not {b_layout!r}")
     if isinstance(device, tuple) and not isinstance(device, Gpu):
         device = describe_gpu(*device)
     if not isinstance(device, Gpu):

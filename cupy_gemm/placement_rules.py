@@ -66,8 +66,8 @@ B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf3
 
 def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:
     """The decision, or its twin family's entry of the nearest tile (split-K alike, covering as many rows;
-    the same arithmetic and parameters first) where the chosen one would copy B into its layout and the twin reads B
-    where it lies."""
+    the same arithmetic and parameters first) where the chosen one would copy B into its layout and the
+    twin reads B where it lies."""
     chosen = registry.catalogue()[decision.variant]
     twin_family = B_LAYOUT_TWINS.get(chosen.family.name)
     if twin_family is None or not placement.for_variant(chosen, align=1).copy_b:

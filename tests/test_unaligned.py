@@ -157,6 +157,19 @@ def test_the_price_of_padding():
     assert arr.swapped and not arr.copies
 
 
+@pytest.mark.parametrize("m,swapped", [(64, True), (512, True), (4096, False)])
+def test_x_at_w_transposed_copies_the_lesser_operand(m, swapped):
+    """x @ W.T with W stored N×K, for a kernel reading B row-major: either copy W, or multiply Wᵀ's
+    transpose (Cᵀ = W·xᵀ) and copy x and C. Whichever moves fewer bytes serves."""
+    n, k = 14336, 4096
+    x, w, c = fresh((m, k), 4), fresh((n, k), 4), fresh((m, n), 4)
+    arr = arrange.arrange(x, w.T, c, "row", 4, beta_read=False)
+    assert arr.swapped == swapped
+    copy_w = 2 * w.nbytes
+    assert arr.copy_bytes == (2 * x.nbytes + 2 * c.nbytes if swapped else copy_w) and arr.copy_bytes <= copy_w
+    assert arr.temp_c == swapped and arr.copy_b  # in the swapped product, xᵀ is the B that is copied
+
+
 # ---- dispatch: the unaligned rule ----------------------------------------------------------------------
 
 def _placement(m, n, k, key, a=None):

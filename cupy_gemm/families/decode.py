@@ -4,10 +4,10 @@ templates/decode.cu.j2. A cluster of CS blocks owns BN columns of C and block r 
 of K: B (K×N, row-major) streams through a TMA ring of STAGES stages into each block, WARPS warps multiply
 it, and the blocks' partial tiles are summed in distributed shared memory, in rank order, by the block
 that stores each column. So the split of K costs no workspace, no atomics and no second kernel, and a
-repeat is bitwise the same. Two families share the template: `decode` reads B row-major (x @ W with W
-stored K×N), `decode_kmajor` column-major (x @ W.T with W stored N×K, as linear layers keep it), each in
-place. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16) and tf32
+repeat is bitwise the same. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16) and tf32
 (m16n8k8), A's 16 rows as the m16, and on CUDA cores for exact float32 (4 columns × 16 rows a thread).
+Two families share the template: `decode` reads B row-major (x @ W with W stored K×N), `decode_kmajor`
+column-major (x @ W.T with W stored N×K, as linear layers keep it), each in place.
 
 The grid is one cluster per BN columns of C: `tile` is the BN / CS columns one block stores, which makes
 the launcher's grid CS blocks per BN columns (launch.launch_config rounds a clustered grid up to whole
@@ -114,7 +114,6 @@ DECODE = Family(
     cluster=lambda p: p["CS"],
     pdl=True,
 )
-
 
 
 def _kmajor_box(p, dtype, acc):

@@ -25,10 +25,10 @@ C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves t
                 const __grid_constant__ CUtensorMap map_c, T* C, int M, int N, int K, long long ldc,
                 float alpha, float beta, int splits, void* workspace)
 
-with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32 and wgmma_kmajor, column-major. The copy engine
-zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs 16-byte aligned
-base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API guarantee
-(padding when a problem does not meet it).
+with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32 and wgmma_kmajor, column-major.
+The copy engine zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs
+16-byte aligned base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API
+guarantee (padding when a problem does not meet it).
 
 Batches (`batched`): a BatchArgs follows beta. The persistent blocks walk every member's tiles (numbered
 member-major); A, B and C's maps have rank 5, the matrix's two dimensions and then the three batch

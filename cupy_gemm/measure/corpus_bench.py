@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from .. import api, registry, verify
+from ..arrange import B_LAYOUTS
 from ..errors import CupyGemmError
 from .workbench import numpy_dtype
 from . import corpus_records as records_
@@ -43,14 +44,11 @@ class Settings:
     check: bool = True
     torch: bool = True  # compare with torch.matmul when PyTorch is importable
     seed: int = 0
-    b_layout: str = "row"  # "row": B stored K×N (x @ W); "col": B the transpose of an N×K array (x @ W.T)
+    b_layout: str = "row"  # arrange.B_LAYOUTS: B stored K×N (x @ W), or the transpose of an N×K array (x @ W.T)
 
     def __post_init__(self):
         if self.b_layout not in B_LAYOUTS:
             raise ValueError(f"b_layout must be one of {', '.join(B_LAYOUTS)}, not {self.b_layout!r}")
-
-
-B_LAYOUTS = ("row", "col")
 
 
 def input_dtype(mode: str) -> str:

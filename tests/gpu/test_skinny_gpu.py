@@ -1,7 +1,7 @@
-"""The few-rows families on the GPU (skinny, skinny_kmajor, and decode and decode_kmajor on Hopper): every entry against a
-float64 reference on ragged shapes, both orientations (few rows, and few columns through the operand swap),
-Fortran order, beta != 0, NaN-poisoned outputs, forced and automatic split counts, and bitwise
-repeatability."""
+"""The few-rows families on the GPU (skinny, skinny_kmajor, and decode and decode_kmajor on Hopper): every
+entry against a float64 reference on ragged shapes, both orientations (few rows, and few columns through
+the operand swap), Fortran order, beta != 0, NaN-poisoned outputs, forced and automatic split counts,
+bitwise repeatability, and the default path reading a linear layer's weight in place."""
 from functools import lru_cache
 
 import cupy
