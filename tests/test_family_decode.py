@@ -3,10 +3,9 @@ they declare and refuse, their grid of whole clusters, the layout claims of thei
 from the swizzled boxes hit distinct banks; the blocks of a cluster store every column of C once), and the
 dispatch's B-layout rule that hands a column-major B to the K-major twin."""
 import pytest
-from family_rules import check_rule, template_text
+from family_rules import b_placement, check_rule, template_text
 
 from cupy_gemm import dispatch, launch, placement_rules
-from cupy_gemm.arrange import Placement, fresh
 from cupy_gemm.families import decode
 from cupy_gemm.errors import ConfigError, InputError
 from cupy_gemm.registry import catalogue, family, make_variant
@@ -190,11 +189,6 @@ def test_every_column_is_multiplied_by_one_warp_and_stored_by_one_block(bn, cs, 
     assert stored == list(range(bn))
 
 
-def _placement(m, n, k, b_order, size):
-    b = fresh((k, n), size) if b_order == "row" else fresh((n, k), size).T
-    return Placement(fresh((m, k), size), b, fresh((m, n), size))
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_a_column_major_b_goes_to_the_k_major_twin(name):
     """x @ W.T (W stored N×K): the decode entry would copy W row-major on every call; its twin reads it."""
@@ -203,13 +197,13 @@ def test_a_column_major_b_goes_to_the_k_major_twin(name):
     size = 4 if v.dtype == "float32" else 2
     decision = dispatch.Decision(name, "a table said so")
     gpu = dispatch.Gpu("unknown GPU", 90)
-    col = placement_rules.b_layout(gpu, key, decision, _placement(16, 4096, 4096, "col", size), ())
+    col = placement_rules.b_layout(gpu, key, decision, b_placement(16, 4096, 4096, "col", size), ())
     twin = catalogue()[col.variant]
     assert twin.family is KMAJOR and "B-layout rule" in col.reason
     assert (twin.params, twin.acc) == (v.params, v.acc)
-    assert _placement(16, 4096, 4096, "col", size).for_variant(v).copy_b
-    assert not _placement(16, 4096, 4096, "col", size).for_variant(twin).copies
-    row = _placement(16, 4096, 4096, "row", size)
+    assert b_placement(16, 4096, 4096, "col", size).for_variant(v).copy_b
+    assert not b_placement(16, 4096, 4096, "col", size).for_variant(twin).copies
+    row = b_placement(16, 4096, 4096, "row", size)
     assert placement_rules.b_layout(gpu, key, decision, row, ()) is decision
 
 
@@ -218,7 +212,7 @@ def test_the_default_reads_a_linear_layers_weight_in_place():
     h100 = dispatch.Gpu("NVIDIA H100 80GB HBM3", 90, 132)
     for key, size in (("float16", 2), ("bfloat16", 2), ("float32", 4), ("tf32", 4)):
         for m, n in ((1, 4096), (4, 4096), (16, 1024), (16, 4096), (8, 14336)):
-            placement = _placement(m, n, 4096, "col", size)
+            placement = b_placement(m, n, 4096, "col", size)
             v = catalogue()[dispatch.choose(h100, key, m, n, 4096, placement=placement).variant]
             assert v.family.b_layout == "col" and not placement.for_variant(v).copies, (key, m, n, v.name)
 

@@ -3,7 +3,7 @@ landing buffers its shared memory adds, the converter warps only its entries ren
 import pytest
 
 from cupy_gemm import placement_rules
-from cupy_gemm.arrange import Placement, fresh
+from family_rules import b_placement
 from cupy_gemm.dispatch import Decision, Gpu
 from cupy_gemm.errors import ConfigError
 from cupy_gemm.families import wgmma
@@ -44,18 +44,13 @@ def test_only_its_entries_render_the_converters():
         assert "transpose_b_stage" not in plain and "conv(" not in plain and "CONVERTERS = 0" in plain
 
 
-def _placement(m, n, k, b_order):
-    b = fresh((k, n), 4) if b_order == "row" else fresh((n, k), 4).T
-    return Placement(fresh((m, k), 4), b, fresh((m, n), 4))
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_a_column_major_b_goes_to_the_wgmma_tf32_tile_nearest(name):
     decision = Decision(name, "a table said so")
-    col = placement_rules.b_layout(HOPPER, "tf32", decision, _placement(512, 4096, 4096, "col"), ())
+    col = placement_rules.b_layout(HOPPER, "tf32", decision, b_placement(512, 4096, 4096, "col"), ())
     twin = catalogue()[col.variant]
     assert twin.family.name == "wgmma_tf32" and "B-layout rule" in col.reason
     assert twin.family.takes_split_k_args(twin.params) == ROWB.takes_split_k_args(catalogue()[name].params)
-    assert not _placement(512, 4096, 4096, "col").for_variant(twin).copies
+    assert not b_placement(512, 4096, 4096, "col").for_variant(twin).copies
     # a row-major B is what the entry reads: the decision stands
-    assert placement_rules.b_layout(HOPPER, "tf32", decision, _placement(512, 4096, 4096, "row"), ()) is decision
+    assert placement_rules.b_layout(HOPPER, "tf32", decision, b_placement(512, 4096, 4096, "row"), ()) is decision
