@@ -4,13 +4,14 @@ table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands l
 - unaligned: when the variant chosen would copy the operands for its family's alignment (zero-padded K or N,
   or a view off its vectors) and the copies an `unaligned` entry saves cost at least as much as the product
   itself (the copies' traffic >= COPY_SHARE × kernel_cost), the first such entry, which reads them in place.
-- b_layout: a wgmma_tf32_rowb or wgmma_tf32_swap entry (tables are measured on row-major operands) would copy
-  a column-major B (x @ W.T with W kept N×K) row-major: the wgmma_tf32 entry of the nearest tile reads it in
-  place instead.
+- b_layout: an entry chosen for a row-major B (a table's row-major entries, the heuristic) that would copy a
+  column-major B (x @ W.T with W kept N×K) into its layout gives way to its twin family's entry of the
+  nearest tile, which reads it in place (B_LAYOUT_TWINS). A table entry timed on a column-major B stands.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from . import registry
 from .arrange import COPY_LAUNCH_BYTES, Placement
@@ -47,21 +48,21 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
                   f"copies, if any), against {_mb(kernel)} for the product")
         if saved < COPY_SHARE * kernel:
             notes.append(f"unaligned rule: {copies}: the copies cost less, {chosen.name} stays")
-            return Decision(decision.variant, decision.reason, tuple(notes))
+            return replace(decision, notes=tuple(notes))
         notes.append(f"{chosen.name} was the choice: {decision.reason}")
         return Decision(name, f"unaligned operands: {copies} (the larger of the operands' bytes and 2·M·N·K / "
                         f"{FLOPS_PER_BYTE[key]} FLOP per byte): the first unaligned entry reads them where "
                         f"they lie", tuple(notes))
     notes.append(f"{chosen.name} copies its operands ({_mb(padded.copy_bytes)} in {padded.copy_launches} "
                  f"launches), but no unaligned entry for {key} runs here")
-    return Decision(decision.variant, decision.reason, tuple(notes))
+    return replace(decision, notes=tuple(notes))
 
 
 # a family whose entries copy a B of the other layout -> the family that reads that layout in place.
 # x @ W.T with W stored N×K (a linear layer's weight) is a column-major B: copying it costs as much as a
 # prefill-sized product and ten times a decode-sized one.
 B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32", "wgmma": "wgmma_kmajor",
-                  "decode": "decode_kmajor", "skinny": "skinny_kmajor"}
+                  "decode": "decode_kmajor", "skinny": "skinny_kmajor", "sgemm_simt": "sgemm_simt_kmajor"}
 
 
 def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:
@@ -70,8 +71,8 @@ def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> 
     twin reads B where it lies."""
     chosen = registry.catalogue()[decision.variant]
     twin_family = B_LAYOUT_TWINS.get(chosen.family.name)
-    if twin_family is None or not placement.for_variant(chosen, align=1).copy_b:
-        return decision
+    if twin_family is None or decision.b_layout == "col" or not placement.for_variant(chosen, align=1).copy_b:
+        return decision  # (a choice timed on a column-major B, its copy included, stands)
     bm, bn = chosen.family.tile(chosen.params)
     splits = chosen.family.takes_split_k_args(chosen.params)
     rows = chosen.max_rows()

@@ -4,11 +4,12 @@ import re
 
 import pytest
 
-from cupy_gemm import registry
+from cupy_gemm import candidates, dispatch, placement_rules, registry
 from cupy_gemm.compile import compile_variant
 from cupy_gemm.errors import ConfigError
 from cupy_gemm.registry import make_variant
-from family_rules import check_rule, check_template_refuses, template_text
+from cupy_gemm.render import render
+from family_rules import b_placement, check_rule, check_template_refuses, template_text
 
 FAMILY = registry.family("sgemm_simt")
 VARIANTS = {n: v for n, v in registry.catalogue().items() if v.family is FAMILY}
@@ -158,3 +159,53 @@ def test_paired_lanes_share_fragment_addresses():
     plain = _lane_layout(0)  # 8 consecutive lanes along N: no pairing for B
     assert not all(plain[i][0] == plain[i ^ 1][0] for i in range(32))
     assert not all(plain[i][0] == plain[i ^ 2][0] for i in range(32))
+
+
+# ---- sgemm_simt_kmajor: B column-major (x @ W.T), read in place ---------------------------------------
+KMAJOR = registry.family("sgemm_simt_kmajor")
+KMAJOR_VARIANTS = {n: v for n, v in registry.catalogue().items() if v.family is KMAJOR}
+
+
+def test_every_kmajor_entry_twins_an_entry_of_the_same_parameters():
+    assert FAMILY.b_layout is None and KMAJOR.b_layout == "col" and KMAJOR.template == FAMILY.template
+    for name, v in KMAJOR_VARIANTS.items():
+        row = VARIANTS[name.replace("sgemm_t_kmajor_", "sgemm_t_")]
+        assert (v.params, v.dtype, v.acc) == (row.params, row.dtype, row.acc), name
+    wanted = {n for r, lists in candidates.candidates().items() for key in ("float32", "tf32")
+              for n in lists[key] if n.startswith("sgemm_t_")}
+    assert {n.replace("sgemm_t_", "sgemm_t_kmajor_") for n in wanted} <= set(KMAJOR_VARIANTS)
+
+
+@pytest.mark.parametrize("name", sorted(KMAJOR_VARIANTS))
+def test_kmajor_loads_b_along_k(name):
+    v = KMAJOR_VARIANTS[name]
+    src = render(v)
+    assert "constexpr bool B_KMAJOR = 1;" in src and "const long long b_step = BK;" in src
+    assert "constexpr bool B_KMAJOR = 0;" in render(VARIANTS[name.replace("_kmajor", "")])
+    ptx = compile_variant(v, "compute_80").image.decode()
+    if not v.params["ASYNC"] and not v.params["UNALIGNED"]:
+        assert "ld.global.nc.v4.f32" in ptx  # B's float4s along K, as A's
+    # B's four k land in four rows of Bs: scalar shared stores (A_TRANSPOSED's are too), fragments still float4
+    assert "ld.shared.v4.f32" in ptx and "ld.shared.f32" not in ptx
+
+
+@pytest.mark.parametrize("name", sorted(n for n in VARIANTS if n.replace("sgemm_t_", "sgemm_t_kmajor_") in KMAJOR_VARIANTS))
+def test_a_column_major_b_goes_to_the_sgemm_twin(name):
+    """x @ W.T in exact fp32: the entry would copy W row-major on every call; its twin reads it in place."""
+    decision = candidates.Decision(name, "a table said so")
+    gpu = dispatch.Gpu("unknown GPU", 90)
+    col = b_placement(512, 4096, 4096, "col")
+    chosen = placement_rules.b_layout(gpu, "float32", decision, col, ())
+    assert chosen.variant == name.replace("sgemm_t_", "sgemm_t_kmajor_") and "B-layout rule" in chosen.reason
+    assert col.for_variant(VARIANTS[name]).copies and not col.for_variant(KMAJOR_VARIANTS[chosen.variant]).copies
+    assert placement_rules.b_layout(gpu, "float32", decision, b_placement(512, 4096, 4096, "row"), ()) is decision
+
+
+def test_exact_fp32_x_at_w_t_copies_nothing_on_the_h100():
+    """The whole choice, table included: from 64 rows up, exact fp32 x @ W.T reads every operand in place."""
+    h100 = dispatch.Gpu("NVIDIA H100 80GB HBM3", 90, 132)
+    for m, n, k in ((64, 14336, 4096), (128, 4096, 4096), (512, 6144, 4096), (2048, 4096, 4096), (4096, 4096, 4096),
+                    (128, 576, 7168), (5000, 3000, 1000)):
+        placement = b_placement(m, n, k, "col")
+        v = registry.catalogue()[dispatch.choose(h100, "float32", m, n, k, placement=placement).variant]
+        assert v.family is KMAJOR and not placement.for_variant(v).copies, (m, n, k, v.name)

@@ -1,7 +1,11 @@
 """CUDA-core SGEMM with register tiles: the LeetCUDA `sgemm_t_*_sliced_k*_f32x4*` ladder in one template.
 
 Row-major fp32 inputs and accumulation; C is fp32, or float16 / bfloat16 rounded once in the store
-(`convert`). Each thread owns a TM×TN tile of C made of float4
+(`convert`). Two families share the template: `sgemm_simt` reads B row-major (x @ W with W stored K×N),
+`sgemm_simt_kmajor` column-major (x @ W.T with W stored N×K, as linear layers keep it), in place: B's
+float4s then run along K as A's do, and land transposed in shared memory as a transposed A's do, so the
+multiply is the same; the dispatch's B-layout rule hands such a B to the twin of the entry it chose.
+Each thread owns a TM×TN tile of C made of float4
 groups; the flags add the seed's steps one by one: A stored transposed, K-major, in shared memory
 (A_TRANSPOSED, the seed names' "bcf"), row padding (PAD, the seed's OFFSET), a register-staged double
 buffer (DBUF) and cp.async copies (ASYNC). MIN_BLOCKS is the __launch_bounds__ minimum, as in the mma family.
@@ -16,6 +20,8 @@ access where it is aligned and inside the matrix, else guarded single floats (4-
 ASYNC), zeros past K and N; C's groups go through store_c_any (element stores where not aligned).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from ..errors import ConfigError
 from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param
@@ -95,7 +101,8 @@ SGEMM_SIMT = Family(
     threads=_threads,
     tile=lambda p: (p["BM"], p["BN"]),
     smem_bytes=_smem_bytes,
-    # float4 loads along K (A) and N (B), float4 stores along N (C); UNALIGNED checks each group instead
+    # float4 loads along K (A; B when K-major) and N (B), float4 stores along N (C); UNALIGNED checks each
+    # group instead
     align=lambda p, dtype: 1 if p["UNALIGNED"] else 4,
     rules=(_rules,),
     layout="row",
@@ -108,4 +115,11 @@ SGEMM_SIMT = Family(
     renamed={**RENAMED_BLOCK_SWIZZLE, "MINB": "MIN_BLOCKS", "BCF": "A_TRANSPOSED"},
 )
 
-FAMILIES = (SGEMM_SIMT,)
+SGEMM_SIMT_KMAJOR = dataclasses.replace(
+    SGEMM_SIMT,
+    name="sgemm_simt_kmajor",
+    doc="fp32 CUDA-core GEMM reading B column-major (x @ W.T, W stored N×K) in place; as sgemm_simt otherwise",
+    b_layout="col",
+)
+
+FAMILIES = (SGEMM_SIMT, SGEMM_SIMT_KMAJOR)
