@@ -125,6 +125,14 @@ class Placement:
     c: Geometry
     beta_read: bool = False
 
+    @property
+    def b_layout(self) -> str:
+        """"col" where B lies column-major (K contiguous: x @ W.T with W stored N×K) and not also row-major
+        (a single row or column is both), else "row": which of a dispatch table's entries answer the call."""
+        b = self.b
+        col = leading_dim(b.shape, b.strides, b.itemsize, "col") is not None
+        return "col" if col and leading_dim(b.shape, b.strides, b.itemsize, "row") is None else "row"
+
     def for_variant(self, variant, align: int | None = None) -> Arrangement:
         """The arrangement for a registry Variant: its family's layout, and its alignment unless `align` is
         given (align=1: the copies its layout alone would need)."""

@@ -23,6 +23,9 @@ class Decision:
     variant: str
     reason: str  # one line: the table point, or the heuristic rule, that chose it
     notes: tuple[str, ...] = ()  # what was passed over on the way, and why
+    # the B layout it was measured for: "col" when a table entry timed with B column-major chose it (copies
+    # included), which the B-layout rule then leaves as it is
+    b_layout: str = "row"
 
 
 def dtype_key(dtype) -> str:

@@ -22,9 +22,6 @@ def run(args, console) -> int:
     unknown = [d for d in dtypes if d not in corpus_records.DTYPES]
     if unknown:
         raise ValueError(f"--dtype {', '.join(unknown)}: a corpus run takes {', '.join(corpus_records.DTYPES)}")
-    if args.table and args.b_layout != "row":
-        raise ValueError("--table files entries for a row-major B (the dispatch tables' layout); leave out "
-                         "--b-layout col")
     devices.gpu_count()  # no GPU: a DeviceError now, not a CUDA error from deep inside
     out = Path(args.out or ".")
     settings = corpus_bench.Settings(repeats=args.repeats, check=not args.no_check, seed=args.seed,
@@ -60,10 +57,12 @@ def _candidates(args) -> list[str] | None:
 
 
 def candidate_table(meta: dict, rows: list[dict], command: str) -> dict:
-    """A dispatch table from a --variant corpus run: per precision and shape, the fastest correct candidate."""
+    """A dispatch table from a --variant corpus run: per precision and shape, the fastest correct candidate,
+    its entries filed under the run's B layout (--b-layout col: entries for x @ W.T)."""
     gpu = meta["devices"][0]
+    b_layout = meta.get("settings", {}).get("b_layout", "row")
     timed = [{"dtype": r["dtype"], "m": r["M"], "n": r["N"], "k": r["K"], "variant": r["variant"],
-              "median_ms": r["ours_us"] / 1e3, "status": r["status"]}
+              "median_ms": r["ours_us"] / 1e3, "status": r["status"], "b_layout": b_layout}
              for r in rows if r["kind"] == "candidate" and r.get("ours_us") is not None]
     return dispatch.table_from_results(timed, gpu_name=gpu["name"], cc=int(gpu["compute_capability"]),
                                        sm_count=gpu.get("sm_count"), command=command,

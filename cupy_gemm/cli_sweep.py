@@ -63,7 +63,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="corpus runs: B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W "
                         "stored N×K as linear layers keep it)")
     p.add_argument("--table", help="corpus runs with --variant: write the fastest candidate per shape as a "
-                   "dispatch table (kernels/dispatch/table-<gpu>.toml)")
+                   "dispatch table (kernels/dispatch/table-<gpu>.toml); with --b-layout col its entries "
+                   "answer calls whose B is column-major")
     p.add_argument("--quick", action="store_true",
                    help="a short run: the 'quick' shapes (1024³, 4096³), 5 repeats, 5 ms warm-up")
     p.add_argument("--csv", help="also write the records to this CSV file")

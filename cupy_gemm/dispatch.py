@@ -87,27 +87,32 @@ def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", need
            placement: Placement | None = None) -> Decision:
     """needs: Family flags the call uses ("epilogue" for a fused epilogue): entries without them are skipped.
     placement: where the operands lie (operands.Problem's), for the unaligned rule; None skips it."""
-    decision = _table_or_heuristic(gpu, key, m, n, k, layout, needs)
+    decision = _table_or_heuristic(gpu, key, m, n, k, layout, needs,
+                                   "row" if placement is None else placement.b_layout)
     if placement is None:
         return decision
     decision = placement_rules.unaligned(gpu, key, m, n, k, decision, placement, needs)
     return placement_rules.b_layout(gpu, key, decision, placement, needs)
 
 
-def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str, needs) -> Decision:
+def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str, needs,
+                        b_layout: str = "row") -> Decision:
+    """b_layout "col" (B column-major) asks the entries timed on such a B first, then the row-major ones."""
     notes: list[str] = []
     table = selection_tables.table_for(gpu.name, gpu.cc)
     if table is not None:
-        for entry, distance in selection_tables.nearest(table, key, layout, m, n, k):
-            if distance > TABLE_REACH:
-                break
-            reason = why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
-            if reason is None:
-                return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
-                                f"{_shape(entry)} (log2 distance {distance:.2f})", tuple(notes))
-            notes.append(f"{entry['variant']} (table, {_shape(entry)}): {reason}")
-        notes.append(f"dispatch table {table['file']}: no usable {key} shape within a factor "
-                     f"{2 ** TABLE_REACH:g} of {m}×{n}×{k} in every dimension")
+        for measured in (("col", "row") if b_layout == "col" else ("row",)):
+            with_b = " with B column-major" if measured == "col" else ""
+            for entry, distance in selection_tables.nearest(table, key, layout, m, n, k, measured):
+                if distance > TABLE_REACH:
+                    break
+                reason = why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
+                if reason is None:
+                    return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
+                                    f"{_shape(entry)}{with_b} (log2 distance {distance:.2f})", tuple(notes), measured)
+                notes.append(f"{entry['variant']} (table, {_shape(entry)}{with_b}): {reason}")
+            notes.append(f"dispatch table {table['file']}: no usable {key} shape{with_b} within a factor "
+                         f"{2 ** TABLE_REACH:g} of {m}×{n}×{k} in every dimension")
     else:
         notes.append(f"no dispatch table for {gpu.name} (sm_{gpu.cc})")
     return _heuristic(gpu, key, m, n, k, notes, needs)

@@ -22,12 +22,17 @@ This is the only module that knows their format:
     variant = "hgemm_wgmma_m64n256k16_stages3_ws2"
     median_ms = 0.0398               # optional: the winner's median
     layout = "row"                   # optional, "row" by default
+    b_layout = "col"                 # optional: measured with B column-major (x @ W.T); "row" by default
 
 A problem takes the entry nearest to it in log space (the largest |log2| ratio over M, N, K; their sum
 breaks ties), not a power-of-two bucket: a corpus is irregular (real models' projections, 4096, 11008,
 14336, M = 1, 8, 16, ...), so power-of-two buckets would leave most of the 3-D grid empty and lump unlike
 shapes together (11008 with 14336 but not with 8192). Each measured point answers the shapes that look
 like it, within dispatch.TABLE_REACH, and the heuristic answers the rest.
+
+Entries with b_layout = "col" were timed on x @ W.T (W stored N×K, the way linear layers keep it), each
+candidate with whatever copies it needs: they answer calls whose B lies column-major, before the row-major
+entries and the dispatch's B-layout rule (which swaps in the twin that reads such a B in place) do.
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-_ENTRY_KEYS = {"dtype", "m", "n", "k", "variant", "median_ms", "layout"}
+_ENTRY_KEYS = {"dtype", "m", "n", "k", "variant", "median_ms", "layout", "b_layout"}
 # A tile of at most this many rows of C is a decode specialist: it is filed only for shapes with no more rows
 # than it has. An entry answers problems up to twice its M, and where a 16-row tile won at 512³ (H100 tf32:
 # more blocks on the GPU, 6.6 µs against 7.6) it ran 1.7× slower than cuBLAS at 1024³.
@@ -76,8 +81,11 @@ def parse_table(text: str, file: str = "<table>") -> dict:
         missing = {"dtype", "m", "n", "k", "variant"} - set(entry)
         if missing or set(entry) - _ENTRY_KEYS:
             raise CatalogueError(f"kernels/dispatch/{file} entry #{i + 1}: needs dtype, m, n, k, variant, may "
-                                 f"have median_ms, layout; got keys {sorted(entry)}")
-        entries.append({**entry, "layout": entry.get("layout", "row"),
+                                 f"have median_ms, layout, b_layout; got keys {sorted(entry)}")
+        if entry.get("b_layout", "row") not in ("row", "col"):
+            raise CatalogueError(f"kernels/dispatch/{file} entry #{i + 1}: b_layout is \"row\" or \"col\", not "
+                                 f"{entry['b_layout']!r}")
+        entries.append({**entry, "layout": entry.get("layout", "row"), "b_layout": entry.get("b_layout", "row"),
                         "logs": tuple(math.log2(max(entry[d], 1)) for d in "mnk")})
     return {"file": file, "generated": data.get("generated", {}), "gpu": gpu, "entries": entries,
             "gpu_key": (_same_gpu_name(gpu["name"]), gpu["cc"])}
@@ -89,12 +97,13 @@ def table_for(name: str, cc: int) -> dict | None:
     return next((t for t in tables() if t["gpu_key"] == wanted), None)
 
 
-def nearest(table: dict, key: str, layout: str, m: int, n: int, k: int) -> list[tuple[dict, float]]:
-    """The table's entries for (dtype key, layout), nearest first, each with its log2 distance."""
+def nearest(table: dict, key: str, layout: str, m: int, n: int, k: int,
+            b_layout: str = "row") -> list[tuple[dict, float]]:
+    """The table's entries for (dtype key, layout, b_layout), nearest first, each with its log2 distance."""
     logs = [math.log2(max(d, 1)) for d in (m, n, k)]
     ranked = []
     for entry in table["entries"]:
-        if entry["dtype"] == key and entry["layout"] == layout:
+        if (entry["dtype"], entry["layout"], entry["b_layout"]) == (key, layout, b_layout):
             gaps = [abs(a - b) for a, b in zip(logs, entry["logs"])]
             ranked.append((max(gaps), sum(gaps), entry))
     ranked.sort(key=lambda r: (r[0], r[1]))
@@ -107,8 +116,8 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
     """A table from measured results: per (dtype key, layout, shape) the catalogue variant with the smallest
     median (a tile of at most FEW_ROWS rows only where M fits in it). A record is a dict with dtype, m, n, k
     (or M, N, K), variant and median_ms (or time_ms), and may have acc ("tf32" files it under the tf32 key),
-    layout, status (only "ok" counts), device_name and arch (results.Record's fields, so
-    `dataclasses.asdict` of sweep or bench records will do)."""
+    layout, b_layout ("col": timed with B column-major), status (only "ok" counts), device_name and arch
+    (results.Record's fields, so `dataclasses.asdict` of sweep or bench records will do)."""
     best: dict[tuple, dict] = {}
     catalogue = registry.catalogue()
     for r in records:
@@ -121,10 +130,11 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
         rows = catalogue[name].family.tile(catalogue[name].params)[0]
         if rows <= FEW_ROWS < shape[0] and catalogue[name].family.max_rows is None:
             continue  # a decode specialist at a shape of more rows (skinny families swap operands instead)
-        slot = (key, r.get("layout", "row"), shape)
+        slot = (key, r.get("layout", "row"), r.get("b_layout", "row"), shape)
         if slot not in best or median < best[slot]["median_ms"]:
             best[slot] = {"dtype": key, "m": shape[0], "n": shape[1], "k": shape[2], "variant": name,
-                          "median_ms": float(median), "layout": slot[1]}
+                          "median_ms": float(median), "layout": slot[1],
+                          **({"b_layout": "col"} if slot[2] == "col" else {})}
         gpu_name = gpu_name or r.get("device_name") or None
         arch = re.fullmatch(r"(?:sm|compute)_(\d+)a?", r.get("arch") or "")
         cc = cc if cc is not None or arch is None else int(arch.group(1))
@@ -150,7 +160,10 @@ def format_table(table: dict) -> str:
              "[gpu]", *(f"{k} = {value(v)}" for k, v in table["gpu"].items())]
     for entry in table["entries"]:
         lines += ["", "[[entry]]", *(f"{k} = {value(entry[k])}" for k in
-                                     ("dtype", "m", "n", "k", "variant", "median_ms", "layout") if k in entry)]
+                                     ("dtype", "m", "n", "k", "variant", "median_ms", "layout")
+                                     if k in entry)]
+        if entry.get("b_layout", "row") != "row":
+            lines.append(f"b_layout = {value(entry['b_layout'])}")
     return "\n".join(lines) + "\n"
 
 

@@ -11,6 +11,7 @@ from cupy_gemm import api, cli, dispatch, registry, selection_tables
 from cupy_gemm.dispatch import Gpu
 from cupy_gemm.errors import CatalogueError, DTypeError
 from fake_gpu import gpu  # noqa: F401  (the fixture)
+from family_rules import b_placement
 
 H100 = Gpu("NVIDIA H100 80GB HBM3", 90, 132)
 A100 = Gpu("NVIDIA A100-SXM4-80GB", 80, 108)
@@ -323,6 +324,33 @@ def test_table_from_results_round_trips(monkeypatch):
     from_records = dispatch.table_from_results([{**records[1], "device_name": "NVIDIA H200", "arch": "sm_90a"}],
                                                cupy_version="14.2.0", nvrtc_version="13.0")
     assert from_records["gpu"] == {"name": "NVIDIA H200", "cc": 90}
+
+
+def test_column_major_entries_answer_x_at_w_t(monkeypatch):
+    """Entries timed with B column-major (--b-layout col) answer calls whose B lies so, before the row-major
+    ones; their choice stands even where it copies B (the copy was timed), and a row-major B never sees them."""
+    row_b, copying = "hgemm_wgmma_m64n256k16_stages4_ws2", "hgemm_wgmma_m64n128k16_tile128x128_stages6_ws2"
+    records = [{"dtype": "float16", "m": 2048, "n": 4096, "k": k, "variant": row_b, "median_ms": 0.1} for k in (4096, 16384)]
+    records += [{"dtype": "float16", "m": 2048, "n": 4096, "k": 4096, "variant": name, "median_ms": ms, "b_layout": "col"}
+                for name, ms in ((copying, 0.2), (row_b, 0.3))]
+    table = dispatch.table_from_results(records, gpu_name=H100.name, cc=90, cupy_version="14.2.0", nvrtc_version="13.0")
+    text = dispatch.format_table(table)
+    assert text.count('b_layout = "col"') == 1
+    parsed = selection_tables.parse_table(text, "h100.toml")
+    assert sorted((e["variant"], e["b_layout"], e["k"]) for e in parsed["entries"]) == [
+        (copying, "col", 4096), (row_b, "row", 4096), (row_b, "row", 16384)]
+    monkeypatch.setattr(selection_tables, "tables", lambda: (parsed,))
+    col, row = b_placement(2000, 4096, 4096, "col", 2), b_placement(2000, 4096, 4096, "row", 2)
+    assert col.b_layout == "col" and row.b_layout == "row" and b_placement(1, 1, 4096, "col", 2).b_layout == "row"
+    measured = dispatch.choose(H100, "float16", 2000, 4096, 4096, placement=col)
+    assert measured.variant == copying and "with B column-major" in measured.reason and measured.b_layout == "col"
+    assert dispatch.choose(H100, "float16", 2000, 4096, 4096, placement=row).variant == row_b
+    # beyond the column-major entries' reach: the row-major entry, then the B-layout rule's twin
+    far = dispatch.choose(H100, "float16", 2000, 4096, 12000, placement=b_placement(2000, 4096, 12000, "col", 2))
+    assert far.variant == row_b.replace("wgmma_", "wgmma_kmajor_") and "B-layout rule" in far.reason
+    assert any("no usable float16 shape with B column-major" in n for n in far.notes)
+    with pytest.raises(CatalogueError, match="b_layout"):
+        selection_tables.parse_table(text.replace('b_layout = "col"', 'b_layout = "nk"'), "h100.toml")
 
 
 def test_a_few_row_tile_is_filed_only_where_m_fits_it():
