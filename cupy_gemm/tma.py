@@ -79,6 +79,12 @@ def check_2d(ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int,
                          f"got {box_cols} {dtype} elements")
 
 
+def b_extent(b_layout: str | None, k: int, n: int, box_k: int, box_n: int) -> tuple[int, int, int]:
+    """(rows, cols, box_rows) of B's 2-D map: K×N with boxes of box_k rows, or for a column-major B
+    (b_layout "col": x @ W.T, W stored N×K) over Bᵀ, N rows of K contiguous elements, boxes of box_n rows."""
+    return (n, k, box_n) if b_layout == "col" else (k, n, box_k)
+
+
 def tensor_map_2d(ptr: int, dtype: str, *, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
                   swizzle: int = 128) -> np.ndarray:
     """The tensor map of a row-major rows×cols matrix at device address `ptr` with leading dimension `ld`

@@ -78,10 +78,8 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
         raise InputError(f"{variant.name} addresses K and N below 2**31 - {p['BK']} and 2**31 - {p['BN']}; "
                          f"got K={k}, N={n}: use a skinny variant")
     map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=ROWS, box_cols=box(dtype))
-    if variant.family.b_layout == "col":  # K-major B: the map is over Bᵀ, N rows of K contiguous elements
-        map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=box(dtype))
-    else:
-        map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=k, cols=n, ld=ldb, box_rows=p["BK"], box_cols=box(dtype))
+    rows, cols, box_rows = tma.b_extent(variant.family.b_layout, k, n, p["BK"], p["BN"])
+    map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=rows, cols=cols, ld=ldb, box_rows=box_rows, box_cols=box(dtype))
     return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc), np.float32(alpha),
             np.float32(beta))
 

@@ -146,11 +146,8 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     out = variant.out_dtype or dtype
     row, size, c_row, c_size = _elems_per_row(dtype), CUDA_TYPES[dtype][1], _elems_per_row(out), CUDA_TYPES[out][1]
     operand = "tfloat32" if variant.acc == "tf32" else dtype  # TMA rounds fp32 operands to tf32 (nearest even)
-    if variant.family.b_layout == "col":  # K-major B: the map is over Bᵀ, N rows of K contiguous elements
-        # a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters)
-        b_rows, b_cols, b_box = n, k, p["BN"] // p.get("CLUSTER", 1)
-    else:
-        b_rows, b_cols, b_box = k, n, p["BK"]
+    # K-major B: a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters)
+    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, p["BK"], p["BN"] // p.get("CLUSTER", 1))
     maps = ((A, operand, m, k, lda, p["BM"], row, size), (B, operand, b_rows, b_cols, ldb, b_box, row, size),
             (C, out, m, n, ldc, C_BOX_ROWS, c_row, c_size))
     if batch is None:
