@@ -62,7 +62,8 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
 # x @ W.T with W stored N×K (a linear layer's weight) is a column-major B: copying it costs as much as a
 # prefill-sized product and ten times a decode-sized one.
 B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32", "wgmma": "wgmma_kmajor",
-                  "decode": "decode_kmajor", "skinny": "skinny_kmajor", "sgemm_simt": "sgemm_simt_kmajor"}
+                  "decode": "decode_kmajor", "skinny": "skinny_kmajor", "sgemm_simt": "sgemm_simt_kmajor",
+                  "mma": "mma_kmajor"}
 
 
 def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:

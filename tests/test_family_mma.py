@@ -5,11 +5,12 @@ import re
 
 import pytest
 
-from cupy_gemm import compile as compile_mod, epilogue, launch, registry
+from cupy_gemm import candidates, compile as compile_mod, dispatch, epilogue, launch, placement_rules, registry
 from cupy_gemm.errors import CompileError, ConfigError
 from cupy_gemm.families import mma
 from cupy_gemm.registry import Variant, make_variant
 from cupy_gemm.render import _environment, context, render
+from family_rules import b_placement
 
 FAMILY = registry.family("mma")
 VARIANTS = {n: v for n, v in registry.catalogue().items() if v.family is FAMILY}
@@ -352,3 +353,75 @@ def test_split_entries_compile_without_spills(name):
         res = compile_mod.compile_variant(v, arch).resources
         assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), (arch, res)
         assert 2 * threads * (-(-res.registers // 8) * 8) <= 65536 and 2 * (smem + 1024) <= sm_smem, arch
+
+
+# ---- mma_kmajor: B column-major (x @ W.T), read in place ---------------------------------------------
+KMAJOR = registry.family("mma_kmajor")
+KMAJOR_VARIANTS = {n: v for n, v in registry.catalogue().items() if v.family is KMAJOR}
+
+
+def test_every_kmajor_entry_twins_an_entry_of_the_same_parameters():
+    assert FAMILY.b_layout is None and KMAJOR.b_layout == "col" and KMAJOR.template == FAMILY.template
+    assert set(KMAJOR.dtypes) == {"float16", "bfloat16"}  # the fragments come through ldmatrix: 16-bit
+    for name, v in KMAJOR_VARIANTS.items():
+        row = VARIANTS[name.replace("_kmajor", "")]
+        assert (v.params, v.dtype, v.acc) == (row.params, row.dtype, row.acc), name
+    wanted = {n for lists in candidates.candidates().values() for key in ("float16", "bfloat16")
+              for n in lists[key] if n in VARIANTS}
+    assert {n.replace("gemm_mma_", "gemm_mma_kmajor_") for n in wanted} <= set(KMAJOR_VARIANTS)
+    p = KMAJOR_VARIANTS["hgemm_mma_kmajor_m16n8k16_mma2x2_warp2x4x2_stages3_unaligned_acc32"].params
+    bm, bn = FAMILY.tile(p)  # B's tile is BN rows of BK + B_PAD
+    assert KMAJOR.smem_bytes(p, "float16", "float32") == max(
+        3 * (bm * (32 + 8) + bn * (32 + 8)) * 2, bm * (bn + mma.C_PAD) * 4)
+
+
+@pytest.mark.parametrize("name", sorted(KMAJOR_VARIANTS))
+def test_kmajor_fragments_come_through_plain_ldmatrix(name):
+    v = KMAJOR_VARIANTS[name]
+    assert "constexpr bool B_KMAJOR = 1;" in render(v)
+    assert "constexpr bool B_KMAJOR = 0;" in render(VARIANTS[name.replace("_kmajor", "")])
+    ptx = _ptx(v)
+    assert "ldmatrix" in ptx and ".trans" not in ptx  # A and B alike
+    assert ("cp.async.cg.shared.global" in ptx) != bool(v.params["UNALIGNED"])
+
+
+@pytest.mark.parametrize("params", SHAPES, ids=lambda p: f"m{p['WARPS_M']}n{p['WARP_TILE_N']}k{p['BK']}s{p.get('SMEM_SWIZZLE', 0)}x{p.get('B_X4', 0)}")
+def test_kmajor_fragment_addresses(params):
+    """A K-major B's fragment addresses as load_frags steps them (an XOR or add per k step, rows 8 apart per
+    n8 tile) agree with the full tile_offset, and each ldmatrix phase of 8 rows hits 8 distinct bank groups
+    where the rows are padded or swizzled."""
+    v = make_variant(KMAJOR, "kmajor", "float16", params)
+    p = v.params
+    vec, esize = 8, 2
+    bm, bn = FAMILY.tile(p)
+    stride, chunks, a_elems = p["BK"] + p["B_PAD"], p["BK"] // vec, bm * (p["BK"] + p["A_PAD"])
+
+    def b(row, col):  # element (n = row, k = col) of the stage's B tile, in bytes
+        chunk = _swizzle_chunk(chunks, row, col // vec) if p["SMEM_SWIZZLE"] else col // vec
+        return (a_elems + row * stride + chunk * vec + col % vec) * esize
+
+    for wn in range(p["WARPS_N"]):
+        for ks in range(p["BK"] // 16):
+            for j in range(0, p["WARP_TILE_N"], 2 if p["B_X4"] else 1):
+                lanes = []
+                for lane in range(32 if p["B_X4"] else 16):
+                    row = wn * p["WARP_TILE_N"] * 8 + (lane & 7) + (lane >> 4) * 8
+                    off0 = b(row, (lane >> 3 & 1) * vec) - a_elems * esize
+                    off = off0 ^ (ks * 32) if p["SMEM_SWIZZLE"] else off0 + ks * 32
+                    full = b(row + j * 8, ks * 16 + (lane >> 3 & 1) * 8)
+                    assert a_elems * esize + off + j * 8 * stride * esize == full, (lane, ks, j)
+                    lanes.append(full)
+                if p["SMEM_SWIZZLE"] or p["B_PAD"]:
+                    assert all(_distinct_groups(lanes[8 * q:8 * q + 8]) for q in range(len(lanes) // 8))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, v in KMAJOR_VARIANTS.items() if v.acc == "float32"))  # the default's
+def test_a_column_major_b_goes_to_the_mma_twin(name):
+    row = name.replace("_kmajor", "")
+    v = VARIANTS[row]
+    gpu = dispatch.Gpu("unknown GPU", 80)
+    decision = candidates.Decision(row, "a table said so")
+    col = b_placement(129, 1000, 33, "col", 2) if v.params["UNALIGNED"] else b_placement(512, 4096, 4096, "col", 2)
+    chosen = placement_rules.b_layout(gpu, v.dtype, decision, col, ())
+    assert chosen.variant == name and "B-layout rule" in chosen.reason
+    assert not col.for_variant(KMAJOR_VARIANTS[name]).copies

@@ -26,8 +26,14 @@ of a K tile into registers (one 16-byte load where a chunk is aligned and inside
 guarded element loads, zero past the edge) and stores them to the same shared-memory layout once the
 tile in hand is multiplied; C chunks off a 16-byte boundary or across N's end are stored element by
 element. The shared-memory layouts and the ldmatrix/mma path are the aligned kernel's.
+`mma_kmajor` is the same template reading B column-major (x @ W.T with W stored N×K, as linear layers keep
+it) in place, 16-bit inputs: B's tile is BN rows of BK + B_PAD, copied (or loaded, UNALIGNED) as A's is,
+and its fragments come through plain ldmatrix as A's do; the dispatch's B-layout rule hands a column-major B
+to the twin of the mma entry it chose.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from ..errors import ConfigError
 from .base import (ACC_TYPES, CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag,
@@ -60,20 +66,28 @@ def threads(p) -> int:
     return 32 * p["WARPS_M"] * p["WARPS_N"]
 
 
-def smem_bytes(p, dtype: str, acc: str) -> int:
-    """The larger of the cp.async pipeline and the epilogue's staged C tile (they share the space)."""
-    bm, bn = tile(p)
-    bk = p["BK"]
-    pipeline = p["STAGES"] * (bm * (bk + p["A_PAD"]) + bk * (bn + p["B_PAD"])) * _esize(dtype)
-    c_tile = bm * (bn + C_PAD) * _ACC_BYTES[ACC_TYPES[acc]]
-    return max(pipeline, c_tile)
+def _smem_bytes(b_kmajor: bool):
+    def smem_bytes(p, dtype: str, acc: str) -> int:
+        """The larger of the cp.async pipeline and the epilogue's staged C tile (they share the space); B's
+        tile is BK rows of BN, or with a K-major B BN rows of BK."""
+        bm, bn = tile(p)
+        bk = p["BK"]
+        b_tile = bn * (bk + p["B_PAD"]) if b_kmajor else bk * (bn + p["B_PAD"])
+        pipeline = p["STAGES"] * (bm * (bk + p["A_PAD"]) + b_tile) * _esize(dtype)
+        c_tile = bm * (bn + C_PAD) * _ACC_BYTES[ACC_TYPES[acc]]
+        return max(pipeline, c_tile)
+    return smem_bytes
+
+
+smem_bytes = _smem_bytes(False)
 
 
 def _pow2(x: int) -> bool:
     return x > 0 and not x & (x - 1)
 
 
-def _rules(p, dtype, acc):
+def _rules(p, dtype, acc, b_kmajor=False):
+    """b_kmajor: B's tile has BK-long rows as A's does, so only A's chunk rules bind it."""
     esize, vec, kstep = _esize(dtype), _vec(dtype), _kstep(acc)
     bm, bn = tile(p)
     a_chunks, b_chunks = p["BK"] // vec, bn // vec
@@ -99,7 +113,7 @@ def _rules(p, dtype, acc):
             yield ConfigError("BK", p["BK"], "a power-of-two number of 16-byte chunks per row, at least 2, when "
                               "SMEM_SWIZZLE=1")
         least = 8 if acc == "tf32" else 2
-        if b_chunks < least or not _pow2(b_chunks):
+        if not b_kmajor and (b_chunks < least or not _pow2(b_chunks)):
             yield ConfigError("WARP_TILE_N", p["WARP_TILE_N"], f"a tile width BN={bn} of a power-of-two number "
                               "of 16-byte chunks per row, at least 2 (8 for tf32), when SMEM_SWIZZLE=1")
     if threads(p) % a_chunks:
@@ -158,4 +172,15 @@ MMA = Family(
     pdl=True,
 )
 
-FAMILIES = (MMA,)
+MMA_KMAJOR = dataclasses.replace(
+    MMA,
+    name="mma_kmajor",
+    doc="mma.sync with B column-major (x @ W.T, W stored N×K) read in place: its tile copied and its fragments "
+        "loaded as A's; 16-bit inputs; as mma otherwise",
+    dtypes={d: accs for d, accs in _DTYPES.items() if d != "float32"},
+    smem_bytes=_smem_bytes(True),
+    rules=(lambda p, dtype, acc: _rules(p, dtype, acc, b_kmajor=True),),
+    b_layout="col",
+)
+
+FAMILIES = (MMA, MMA_KMAJOR)
