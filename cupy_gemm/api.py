@@ -232,8 +232,8 @@ def matmul(a, b, *, variant=None, out=None, out_dtype=None, precision=None, epil
     out_dtype ("float32", "float16", "bfloat16"; None: out's dtype if out is given, else the inputs'):
     the dtype of the result. The fp32 results (after the epilogue) are converted once, in the kernel's
     store; only families that convert serve it (wgmma, wgmma_tf32, wgmma_3xtf32, mma, sgemm_simt and their
-    K-major twins: the default picks among them). variant="cublas" computes in the inputs' dtype and converts afterwards
-    (a second pass; a 16-bit product is rounded to its dtype first).
+    K-major twins: the default picks among them). variant="cublas" computes in the inputs' dtype and
+    converts afterwards (a second pass; a 16-bit product is rounded to its dtype first).
 
     Fused into the kernel's store, in this order: `row_scale` (one value per row, y = x · row_scale[i]),
     `col_scale` (one per column, y = x · col_scale[j]), `bias` (one per column, y = x + bias[j]),

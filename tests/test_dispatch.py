@@ -330,8 +330,9 @@ def test_column_major_entries_answer_x_at_w_t(monkeypatch):
     """Entries timed with B column-major (--b-layout col) answer calls whose B lies so, before the row-major
     ones; their choice stands even where it copies B (the copy was timed), and a row-major B never sees them."""
     row_b, copying = "hgemm_wgmma_m64n256k16_stages4_ws2", "hgemm_wgmma_m64n128k16_tile128x128_stages6_ws2"
-    records = [{"dtype": "float16", "m": 2048, "n": 4096, "k": k, "variant": row_b, "median_ms": 0.1} for k in (4096, 16384)]
-    records += [{"dtype": "float16", "m": 2048, "n": 4096, "k": 4096, "variant": name, "median_ms": ms, "b_layout": "col"}
+    shape = {"dtype": "float16", "m": 2048, "n": 4096}
+    records = [{**shape, "k": k, "variant": row_b, "median_ms": 0.1} for k in (4096, 16384)]
+    records += [{**shape, "k": 4096, "variant": name, "median_ms": ms, "b_layout": "col"}
                 for name, ms in ((copying, 0.2), (row_b, 0.3))]
     table = dispatch.table_from_results(records, gpu_name=H100.name, cc=90, cupy_version="14.2.0", nvrtc_version="13.0")
     text = dispatch.format_table(table)

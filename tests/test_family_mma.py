@@ -184,7 +184,10 @@ SHAPES += [dict(BASE, WARPS_M=3, WARPS_N=1, WARP_TILE_N=n, B_X4=x4) for n in (3,
            if not (x4 and n % 2)]
 
 
-@pytest.mark.parametrize("params", SHAPES, ids=lambda p: f"m{p['WARPS_M']}n{p['WARP_TILE_N']}k{p['BK']}s{p.get('SMEM_SWIZZLE', 0)}x{p.get('B_X4', 0)}")
+SHAPE_ID = lambda p: f"m{p['WARPS_M']}n{p['WARP_TILE_N']}k{p['BK']}s{p.get('SMEM_SWIZZLE', 0)}x{p.get('B_X4', 0)}"
+
+
+@pytest.mark.parametrize("params", SHAPES, ids=SHAPE_ID)
 def test_fragment_address_shortcuts(params):
     """load_frags steps from k step 0 and n8 tile 0 by an XOR (swizzle) or an add (padding); both agree
     with the full tile_offset for every lane, k step and tile."""
@@ -385,7 +388,7 @@ def test_kmajor_fragments_come_through_plain_ldmatrix(name):
     assert ("cp.async.cg.shared.global" in ptx) != bool(v.params["UNALIGNED"])
 
 
-@pytest.mark.parametrize("params", SHAPES, ids=lambda p: f"m{p['WARPS_M']}n{p['WARP_TILE_N']}k{p['BK']}s{p.get('SMEM_SWIZZLE', 0)}x{p.get('B_X4', 0)}")
+@pytest.mark.parametrize("params", SHAPES, ids=SHAPE_ID)
 def test_kmajor_fragment_addresses(params):
     """A K-major B's fragment addresses as load_frags steps them (an XOR or add per k step, rows 8 apart per
     n8 tile) agree with the full tile_offset, and each ldmatrix phase of 8 rows hits 8 distinct bank groups

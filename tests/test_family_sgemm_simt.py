@@ -189,7 +189,10 @@ def test_kmajor_loads_b_along_k(name):
     assert "ld.shared.v4.f32" in ptx and "ld.shared.f32" not in ptx
 
 
-@pytest.mark.parametrize("name", sorted(n for n in VARIANTS if n.replace("sgemm_t_", "sgemm_t_kmajor_") in KMAJOR_VARIANTS))
+TWINNED = sorted(n for n in VARIANTS if n.replace("sgemm_t_", "sgemm_t_kmajor_") in KMAJOR_VARIANTS)
+
+
+@pytest.mark.parametrize("name", TWINNED)
 def test_a_column_major_b_goes_to_the_sgemm_twin(name):
     """x @ W.T in exact fp32: the entry would copy W row-major on every call; its twin reads it in place."""
     decision = candidates.Decision(name, "a table said so")

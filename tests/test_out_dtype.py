@@ -16,8 +16,8 @@ from cupy_gemm.families.base import CUDA_TYPES  # noqa: E402
 from cupy_gemm.render import render  # noqa: E402
 from fake_gpu import gpu  # noqa: E402,F401  (the fixture)
 
-CONVERTING = {"wgmma", "wgmma_kmajor", "wgmma_tf32", "wgmma_tf32_rowb", "wgmma_tf32_swap", "wgmma_3xtf32", "mma", "mma_kmajor",
-              "sgemm_simt", "sgemm_simt_kmajor"}
+CONVERTING = {"wgmma", "wgmma_kmajor", "wgmma_tf32", "wgmma_tf32_rowb", "wgmma_tf32_swap", "wgmma_3xtf32", "mma",
+              "mma_kmajor", "sgemm_simt", "sgemm_simt_kmajor"}
 OUT_DTYPES = ("float32", "float16", "bfloat16")
 # one entry of each family and input dtype, and one split-K entry of each family that splits K
 ENTRIES = ["hgemm_wgmma_m64n256k16_stages4_ws2", "bgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_splitk",

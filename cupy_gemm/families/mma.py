@@ -87,7 +87,8 @@ def _pow2(x: int) -> bool:
 
 
 def _rules(p, dtype, acc, b_kmajor=False):
-    """b_kmajor: B's tile has BK-long rows as A's does, so only A's chunk rules bind it."""
+    """b_kmajor: B's tile has BK-long rows as A's does, so A's swizzle rule covers it (BN's chunks must still
+    divide the threads: the epilogue stages C in rows of them)."""
     esize, vec, kstep = _esize(dtype), _vec(dtype), _kstep(acc)
     bm, bn = tile(p)
     a_chunks, b_chunks = p["BK"] // vec, bn // vec
