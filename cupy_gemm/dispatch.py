@@ -103,7 +103,11 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
     if table is not None:
         for measured in (("col", "row") if b_layout == "col" else ("row",)):
             with_b = " with B column-major" if measured == "col" else ""
-            for entry, distance in selection_tables.nearest(table, key, layout, m, n, k, measured):
+            ranked = selection_tables.nearest(table, key, layout, m, n, k, measured)
+            if not ranked and measured == "col":
+                notes.append(f"dispatch table {table['file']}: no {key} entries timed with B column-major")
+                continue
+            for entry, distance in ranked:
                 if distance > TABLE_REACH:
                     break
                 reason = why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
