@@ -5,7 +5,8 @@ import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import operands, registry, verify
+from cupy_gemm import registry, verify
+from linear_weights import check_reads_w_in_place
 
 try:
     import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
@@ -25,34 +26,13 @@ def _variant(name):
     return v
 
 
-def _in_place(v, x, wt, out):
-    fam = v.family
-    ops = operands.resolve(x, wt, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
-    return ops.B is wt and ops.zero_copy
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_reads_a_linear_layers_weight_in_place(name):
     v = _variant(name)
-    shapes = RAGGED_SHAPES if v.params["UNALIGNED"] else ALIGNED_SHAPES
-    for m, n, k in shapes:
-        # three seeds per shape: with one seed x's rows would repeat W's, and x·xᵀ sums positive terms,
-        # whose rounding the bound (made for random signs) does not describe
-        seed = 3 * ((m * 31 + n) * 31 + k)
-        x = verify.random_operand((m, k), v.dtype, seed)
-        w_wide = verify.random_operand((n, k + 24), v.dtype, seed + 1)  # 24: a 16-byte multiple in either dtype
-        for w in (verify.random_operand((n, k), v.dtype, seed + 2), w_wide[:, :k]):
-            out, wt = cupy.full((m, n), cupy.nan, dtype=x.dtype), w.T
-            assert _in_place(v, x, wt, out), (name, m, n, k)
-            cupy_gemm.matmul(x, wt, variant=name, out=out)
-            ref, scale = verify.reference(x, wt)
-            verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
-            assert verdict.ok, f"{name} {m}x{n}x{k}: {verdict}"
-    c = verify.random_operand((300, 264), v.dtype, 7)
-    x, w = verify.random_operand((300, 512), v.dtype, 8), verify.random_operand((264, 512), v.dtype, 9)
-    out = cupy_gemm.gemm(x, w.T, c, alpha=0.5, beta=-2.0, variant=name)
-    ref, scale = verify.reference(x, w.T, c, 0.5, -2.0)
-    assert verify.check(out, ref, scale, v.dtype, v.acc, 512).ok, f"{name} beta"
+    # three seeds per shape: with one seed x's rows would repeat W's, and x·xᵀ sums positive terms, whose
+    # rounding the bound (made for random signs) does not describe
+    seeds = lambda m, n, k: tuple(3 * ((m * 31 + n) * 31 + k) + i for i in range(3))
+    check_reads_w_in_place(name, RAGGED_SHAPES if v.params["UNALIGNED"] else ALIGNED_SHAPES, seeds)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.endswith("_splitk")])

@@ -10,6 +10,7 @@ import cupy_gemm
 from cupy_gemm import operands, registry, tma, verify
 from cupy_gemm.errors import InputError
 from cupy_gemm.launch import compute_capability
+from linear_weights import check_reads_w_in_place
 
 try:
     import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
@@ -157,24 +158,8 @@ def test_kmajor_reads_a_linear_layers_weight_in_place(name):
     """x @ W.T with W stored N×K (and a view of a wider W): the copy engine reads W as it lies; box edges,
     a ragged K tail, beta != 0, and more tiles than SMs (clusters: tiles below M in a cluster)."""
     _needs_bf16(name)
-    v = registry.lookup(name)
-    fam = v.family
-    for m, n, k in ((1, 8, 8), (200, 520, 136), (129, 264, 4168), (2000, 2056, 200), (4096, 1000, 1000)):
-        x = verify.random_operand((m, k), v.dtype, m + k)
-        w_wide = verify.random_operand((n, k + 24), v.dtype, n + k)
-        for w in (verify.random_operand((n, k), v.dtype, n), w_wide[:, :k]):
-            out, wt = cupy.full((m, n), cupy.nan, dtype=x.dtype), w.T
-            ops = operands.resolve(x, wt, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout)
-            assert ops.B is wt and ops.zero_copy, (name, m, n, k)
-            cupy_gemm.matmul(x, wt, variant=name, out=out)
-            ref, scale = verify.reference(x, wt)
-            verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
-            assert verdict.ok, f"{name} {m}x{n}x{k}: {verdict}"
-    c = verify.random_operand((300, 264), v.dtype, 7)
-    x, w = verify.random_operand((300, 512), v.dtype, 8), verify.random_operand((264, 512), v.dtype, 9)
-    out = cupy_gemm.gemm(x, w.T, c, alpha=0.5, beta=-2.0, variant=name)
-    ref, scale = verify.reference(x, w.T, c, 0.5, -2.0)
-    assert verify.check(out, ref, scale, v.dtype, v.acc, 512).ok, f"{name} beta"
+    check_reads_w_in_place(name, ((1, 8, 8), (200, 520, 136), (129, 264, 4168), (2000, 2056, 200), (4096, 1000, 1000)),
+                           lambda m, n, k: (m + k, n + k, n))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
