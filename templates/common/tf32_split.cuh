@@ -4,16 +4,25 @@
 // x to about 2^-22 of its size: big·big + big·small + small·big misses only small·small (2^-22 of the
 // product) and the rounding of small. Both parts are fp32 bit patterns whose 13 low mantissa bits are
 // zero, which the tensor cores read exactly as tf32.
-// cvt.rna rounds to nearest, ties away from zero; inf and NaN inputs come out as NaN (small = inf - inf).
+// Rounding to nearest, ties away from zero (cvt.rna's rule), in integer instructions: add half a tf32
+// unit to the magnitude bits, clear the 13 low ones. cvt.rna.tf32.f32 itself costs several on sm_90 (it
+// screens out inf and NaN), and the split sits on the converters' and consumers' issue slots. Finite
+// inputs get cvt.rna's bits (tests/gpu/test_3xtf32_gpu.py compares them), an inf stays inf, but the
+// carry can wrap a NaN with high payload bits into a zero: big may be anything for a NaN input.
 __device__ __forceinline__ unsigned round_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+
+// The same for x - big, which carries a NaN through: it is NaN exactly where x is inf or NaN, and a NaN
+// computed by an fp32 add is the canonical 0x7fffffff, which the clamp keeps from wrapping (it stays NaN);
+// the clamp changes no other input (finite values and infinities lie below it as signed integers).
+__device__ __forceinline__ unsigned round_tf32_keep_nan(float x) {
+    return (unsigned)(min((int)__float_as_uint(x), 0x7fffefff) + 0x1000) & 0xffffe000u;
 }
 
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small) {
     big = round_tf32(x);
-    small = round_tf32(x - __uint_as_float(big));
+    small = round_tf32_keep_nan(x - __uint_as_float(big));
 }
 
 // Splits 16 bytes of fp32 in shared memory at `src`: the small parts go to `small_dst` (same offset in
@@ -30,7 +39,7 @@ __device__ __forceinline__ void split_tf32_smem16(unsigned src, unsigned small_d
     unsigned big[4], small[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        if constexpr (TRUNCATED) small[i] = round_tf32(x[i] - __uint_as_float(__float_as_uint(x[i]) & 0xffffe000u));
+        if constexpr (TRUNCATED) small[i] = round_tf32_keep_nan(x[i] - __uint_as_float(__float_as_uint(x[i]) & 0xffffe000u));
         else split_tf32(x[i], big[i], small[i]);
     }
     if constexpr (!TRUNCATED)

@@ -164,3 +164,46 @@ def test_accuracy_against_sgemm_and_tf32(name, k, wide):
     worst = 2.0 if registry.lookup(name).params["TRUNCATE_B"] else 1.5
     assert stats["3xtf32"][1] <= worst * stats["sgemm"][1], report
     assert stats["3xtf32"][0] <= stats["tf32"][0] / 100, report  # TF32 is ~2^-11: three orders above
+
+
+SPLIT_CHECK = r"""
+{split}
+extern "C" __global__ void split_check(const float* x, unsigned* big, unsigned* small, unsigned* rna, int n) {{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    split_tf32(x[i], big[i], small[i]);
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x[i]));
+    rna[i] = r;
+}}
+"""
+
+
+def test_integer_rounding_is_cvt_rna_on_finite_inputs():
+    """The split's two-instruction rounding gives cvt.rna.tf32.f32's bits for every finite input
+    (random bit patterns across the whole exponent range, subnormals, ties, the largest floats), and
+    a NaN small part wherever the input is inf or NaN."""
+    from cupy_gemm.render import render_file
+    module = cupy.RawModule(code=SPLIT_CHECK.format(split=render_file("common/tf32_split.cuh")))
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2**32, size=1 << 20, dtype=np.uint64).astype(np.uint32)
+    low = rng.integers(0, 2**19, size=4096, dtype=np.uint64).astype(np.uint32) << np.uint32(13)
+    edges = np.concatenate([
+        low | np.uint32(0x1000), low | np.uint32(0x0fff), low | np.uint32(0x1fff),  # ties and their neighbours
+        low | np.uint32(0x80000000 | 0x1000),
+        np.array([0, 0x80000000, 1, 0x1000, 0x007fffff, 0x7f7fffff, 0xff7fffff, 0x7f7ff000, 0x7f7fefff,
+                  0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffffffff], dtype=np.uint32)])
+    x = cupy.asarray(np.concatenate([bits, edges]).view(np.float32))
+    n = x.size
+    big, small, rna = (cupy.empty(n, dtype=cupy.uint32) for _ in range(3))
+    module.get_function("split_check")(((n + 255) // 256,), (256,), (x, big, small, rna, np.int32(n)))
+    finite = cupy.isfinite(x)
+    mismatch = finite & (big != rna)
+    assert int(mismatch.sum()) == 0, f"{int(mismatch.sum())} finite inputs round differently, e.g. " \
+        f"{[hex(int(v)) for v in x.view(cupy.uint32)[mismatch][:4].get()]}"
+    assert bool(cupy.isnan(small.view(cupy.float32)[~finite]).all())
+    # big + small holds x to 2^-22 of its size where both parts stay finite
+    ok = finite & cupy.isfinite(big.view(cupy.float32)) & (cupy.abs(x) > 1e-30)
+    x64 = x[ok].astype(cupy.float64)
+    approx = big.view(cupy.float32)[ok].astype(cupy.float64) + small.view(cupy.float32)[ok].astype(cupy.float64)
+    assert float(cupy.max(cupy.abs(approx - x64) / cupy.abs(x64))) <= 2.0 ** -22
