@@ -6,7 +6,8 @@ table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands l
   itself (the copies' traffic >= COPY_SHARE × kernel_cost), the first such entry, which reads them in place.
 - b_layout: an entry chosen for a row-major B (a table's row-major entries, the heuristic) that would copy a
   column-major B (x @ W.T with W kept N×K) into its layout gives way to its twin family's entry of the
-  nearest tile, which reads it in place (B_LAYOUT_TWINS). A table entry timed on a column-major B stands.
+  nearest tile, which reads it in place (B_LAYOUT_TWINS); so does a 3xTF32 entry (B column-major) given a
+  row-major B. A table entry timed on a column-major B stands.
 """
 from __future__ import annotations
 
@@ -60,10 +61,11 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
 
 # a family whose entries copy a B of the other layout -> the family that reads that layout in place.
 # x @ W.T with W stored N×K (a linear layer's weight) is a column-major B: copying it costs as much as a
-# prefill-sized product and ten times a decode-sized one.
+# prefill-sized product and ten times a decode-sized one. 3xTF32 goes both ways (precision="3xtf32" has no
+# table; its heuristic lists the column-major family): a C-ordered B costs the copy 6-10% at 4096³.
 B_LAYOUT_TWINS = {"wgmma_tf32_rowb": "wgmma_tf32", "wgmma_tf32_swap": "wgmma_tf32", "wgmma": "wgmma_kmajor",
                   "decode": "decode_kmajor", "skinny": "skinny_kmajor", "sgemm_simt": "sgemm_simt_kmajor",
-                  "mma": "mma_kmajor"}
+                  "mma": "mma_kmajor", "wgmma_3xtf32": "wgmma_3xtf32_swap", "wgmma_3xtf32_swap": "wgmma_3xtf32"}
 
 
 def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> Decision:
@@ -88,7 +90,7 @@ def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> 
         return (v.acc != chosen.acc, abs(math.log2(tm / bm)) + abs(math.log2(tn / bn)), v.params != chosen.params,
                 -v.params.get("STAGES", 0))
     twin = min(twins, key=distance)
-    return Decision(twin.name, f"B-layout rule: {chosen.name} would copy the column-major B row-major; "
+    return Decision(twin.name, f"B-layout rule: {chosen.name} would copy B into its own layout; "
                     f"{twin.name} ({twin_family}, the nearest tile) reads it in place",
                     decision.notes + (f"{chosen.name} was the choice: {decision.reason}",))
 

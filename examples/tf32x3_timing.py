@@ -5,8 +5,8 @@ Interleaved CUDA-event timing: each round times every contender in turn, LAUNCHE
 between one pair of events, and the median over rounds is reported, because the clock drifts with the
 card's temperature more than the gaps measured here. Odd rounds run the contenders in reverse order: in
 a fixed order a contender's time depended on what ran before it (the precision='3xtf32' rows, last,
-measured up to 8% slower than the same kernel named). "kernel" rows pass a column-major B, which the
-kernels read in place; "row-major B" rows include the copy of B that the API makes for them.
+measured up to 8% slower than the same kernel named). "kernel" rows pass a column-major B to wgmma_3xtf32
+and a row-major one to wgmma_3xtf32_swap, each read in place; the default path's rows take either.
 
 cuBLAS TF32 is measured twice: as cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 in this process, and as
 cupy.matmul in a child process started with CUPY_TF32=1 (CuPy reads the variable once).
@@ -75,7 +75,9 @@ def contenders(n):
     for name, v in registry.catalogue().items():
         if v.family.name == "wgmma_3xtf32":
             calls[f"{name}, kernel"] = cupy_gemm.plan(a, b_col, variant=name, out=out)
-    # the default path picks its tile per shape (dispatch.wave_fill); a row-major B is copied K-major first
+        elif v.family.name == "wgmma_3xtf32_swap":  # reads a row-major B in place
+            calls[f"{name}, kernel, row-major B"] = cupy_gemm.plan(a, b, variant=name, out=out)
+    # the default path picks its tile per shape (dispatch.wave_fill) and the family reading B where it lies
     calls["precision='3xtf32', column-major B"] = cupy_gemm.plan(a, b_col, precision="3xtf32", out=out)
     calls["precision='3xtf32', row-major B"] = cupy_gemm.plan(a, b, precision="3xtf32", out=out)
     return calls

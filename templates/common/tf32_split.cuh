@@ -49,6 +49,44 @@ __device__ __forceinline__ void split_tf32_smem16(unsigned src, unsigned small_d
                  :: "r"(small_dst), "r"(small[0]), "r"(small[1]), "r"(small[2]), "r"(small[3]) : "memory");
 }
 
+// Two 16-byte chunks `apart` bytes apart, as split_tf32_smem16 splits one, their loads issued together.
+template <bool TRUNCATED>
+__device__ __forceinline__ void split_tf32_smem32(unsigned src, unsigned small_dst, unsigned apart) {
+    float x[8];
+    asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%8];\n"
+                 "ld.shared.v4.f32 { %4, %5, %6, %7 }, [%9];\n"
+                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]), "=f"(x[4]), "=f"(x[5]), "=f"(x[6]), "=f"(x[7])
+                 : "r"(src), "r"(src + apart) : "memory");
+    unsigned big[8], small[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if constexpr (TRUNCATED) small[i] = round_tf32_keep_nan(x[i] - __uint_as_float(__float_as_uint(x[i]) & 0xffffe000u));
+        else split_tf32(x[i], big[i], small[i]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if constexpr (!TRUNCATED)
+            asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
+                         :: "r"(src + h * apart), "r"(big[4 * h]), "r"(big[4 * h + 1]), "r"(big[4 * h + 2]),
+                            "r"(big[4 * h + 3]) : "memory");
+        asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
+                     :: "r"(small_dst + h * apart), "r"(small[4 * h]), "r"(small[4 * h + 1]), "r"(small[4 * h + 2]),
+                        "r"(small[4 * h + 3]) : "memory");
+    }
+}
+
+// Splits a landed K-major stage of BYTES bytes at `src` (big parts in place, small ones at `small_dst`),
+// `thread` of `threads` taking every threads-th 16-byte chunk: consecutive threads, consecutive chunks,
+// so the accesses are conflict-free and blind to the layout (the swizzle stays as TMA wrote it). Two
+// chunks a turn, both loads issued before either is split, so one load's latency hides the other's.
+template <bool TRUNCATED, int BYTES>
+__device__ __forceinline__ void split_stage_tf32(unsigned src, unsigned small_dst, int thread, int threads) {
+    int i = thread;
+    for (; i + threads < BYTES / 16; i += 2 * threads)
+        split_tf32_smem32<TRUNCATED>(src + 16 * i, small_dst + 16 * i, 16 * threads);
+    if (i < BYTES / 16) split_tf32_smem16<TRUNCATED>(src + 16 * i, small_dst + 16 * i);
+}
+
 __device__ __forceinline__ float ld_shared_f32(unsigned addr) {
     float x;
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(addr) : "memory");
