@@ -16,13 +16,13 @@ from cupy_gemm.families.base import CUDA_TYPES  # noqa: E402
 from cupy_gemm.render import render  # noqa: E402
 from fake_gpu import gpu  # noqa: E402,F401  (the fixture)
 
-CONVERTING = {"wgmma", "wgmma_kmajor", "wgmma_tf32", "wgmma_tf32_rowb", "wgmma_tf32_swap", "wgmma_3xtf32", "mma",
-              "mma_kmajor", "sgemm_simt", "sgemm_simt_kmajor"}
+CONVERTING = {"wgmma", "wgmma_kmajor", "wgmma_tf32", "wgmma_tf32_rowb", "wgmma_tf32_swap", "wgmma_3xtf32",
+              "wgmma_3xtf32_swap", "mma", "mma_kmajor", "sgemm_simt", "sgemm_simt_kmajor"}
 OUT_DTYPES = ("float32", "float16", "bfloat16")
 # one entry of each family and input dtype, and one split-K entry of each family that splits K
 ENTRIES = ["hgemm_wgmma_m64n256k16_stages4_ws2", "bgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_splitk",
            "sgemm_wgmma_m64n256k8_tf32_stages4_ws2", "sgemm_wgmma_m64n64k8_tf32_tile64x64_stages8_ws1_splitk",
-           "sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2",
+           "sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", "sgemm_wgmma_3xtf32_swap_m64n128k8_tile128x128_stages4_ws2",
            "sgemm_wgmma_m64n16k8_tf32_swap_tile16x128_stages10_ws2_splitk",
            "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32",
            "bgemm_mma_m16n8k16_mma2x4_warp4x8x4_stages3_swizzle_acc32",

@@ -26,6 +26,7 @@ FORCED = [  # one entry of each converting family and input dtype, a split-K ent
     "bgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_splitk", "hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk",
     "sgemm_wgmma_m64n256k8_tf32_stages4_ws2", "sgemm_wgmma_m64n256k8_tf32_stages4_ws2_regstore",
     "sgemm_wgmma_m64n64k8_tf32_tile64x64_stages8_ws1_splitk", "sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2",
+    "sgemm_wgmma_3xtf32_swap_m64n128k8_tile128x128_stages4_ws2",
     "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32", "bgemm_mma_m16n8k16_mma2x4_warp4x8x4_stages3_swizzle_acc32",
     "sgemm_mma_m16n8k8_tf32_mma2x4_warp4x4x2_stages3_swizzle",
     "sgemm_t_8x8_sliced_k16_f32x4_bcf_dbuf_async", "sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk",
