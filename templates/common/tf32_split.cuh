@@ -25,53 +25,37 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& sma
     small = round_tf32_keep_nan(x - __uint_as_float(big));
 }
 
-// Splits 16 bytes of fp32 in shared memory at `src`: the small parts go to `small_dst` (same offset in
-// the small buffer, so both keep the layout, swizzle included, TMA wrote), the big parts back to `src`.
+// Splits CHUNKS 16-byte chunks of fp32 in shared memory, `apart` bytes apart from `src` on, every load
+// issued before any chunk is split: the small parts go to the same offsets from `small_dst` (so both keep
+// the layout, swizzle included, TMA wrote), the big parts back to `src`.
 // TRUNCATED: big = x as it stands, which the tensor cores read truncated to tf32 (they ignore the 13 low
 // mantissa bits), so small = tf32(x - trunc(x)) and `src` is left as it is (a third less of the
 // converters' traffic). Truncation makes |small| up to one tf32 unit (2^-10 of x), twice the rounded
 // split's, so small·small grows to 2^-21 of the product.
-template <bool TRUNCATED>
-__device__ __forceinline__ void split_tf32_smem16(unsigned src, unsigned small_dst) {
-    float x[4];
-    asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%4];\n"
-                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]) : "r"(src) : "memory");
-    unsigned big[4], small[4];
+template <bool TRUNCATED, int CHUNKS>
+__device__ __forceinline__ void split_tf32_smem(unsigned src, unsigned small_dst, unsigned apart) {
+    float x[CHUNKS][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        if constexpr (TRUNCATED) small[i] = round_tf32_keep_nan(x[i] - __uint_as_float(__float_as_uint(x[i]) & 0xffffe000u));
-        else split_tf32(x[i], big[i], small[i]);
-    }
-    if constexpr (!TRUNCATED)
-        asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
-                     :: "r"(src), "r"(big[0]), "r"(big[1]), "r"(big[2]), "r"(big[3]) : "memory");
-    asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
-                 :: "r"(small_dst), "r"(small[0]), "r"(small[1]), "r"(small[2]), "r"(small[3]) : "memory");
-}
-
-// Two 16-byte chunks `apart` bytes apart, as split_tf32_smem16 splits one, their loads issued together.
-template <bool TRUNCATED>
-__device__ __forceinline__ void split_tf32_smem32(unsigned src, unsigned small_dst, unsigned apart) {
-    float x[8];
-    asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%8];\n"
-                 "ld.shared.v4.f32 { %4, %5, %6, %7 }, [%9];\n"
-                 : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3]), "=f"(x[4]), "=f"(x[5]), "=f"(x[6]), "=f"(x[7])
-                 : "r"(src), "r"(src + apart) : "memory");
-    unsigned big[8], small[8];
+    for (int c = 0; c < CHUNKS; ++c)
+        asm volatile("ld.shared.v4.f32 { %0, %1, %2, %3 }, [%4];\n"
+                     : "=f"(x[c][0]), "=f"(x[c][1]), "=f"(x[c][2]), "=f"(x[c][3]) : "r"(src + c * apart) : "memory");
+    unsigned big[CHUNKS][4], small[CHUNKS][4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        if constexpr (TRUNCATED) small[i] = round_tf32_keep_nan(x[i] - __uint_as_float(__float_as_uint(x[i]) & 0xffffe000u));
-        else split_tf32(x[i], big[i], small[i]);
-    }
+    for (int c = 0; c < CHUNKS; ++c)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+        for (int i = 0; i < 4; ++i) {
+            if constexpr (TRUNCATED)
+                small[c][i] = round_tf32_keep_nan(x[c][i] - __uint_as_float(__float_as_uint(x[c][i]) & 0xffffe000u));
+            else split_tf32(x[c][i], big[c][i], small[c][i]);
+        }
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
         if constexpr (!TRUNCATED)
             asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
-                         :: "r"(src + h * apart), "r"(big[4 * h]), "r"(big[4 * h + 1]), "r"(big[4 * h + 2]),
-                            "r"(big[4 * h + 3]) : "memory");
+                         :: "r"(src + c * apart), "r"(big[c][0]), "r"(big[c][1]), "r"(big[c][2]), "r"(big[c][3]) : "memory");
         asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n"
-                     :: "r"(small_dst + h * apart), "r"(small[4 * h]), "r"(small[4 * h + 1]), "r"(small[4 * h + 2]),
-                        "r"(small[4 * h + 3]) : "memory");
+                     :: "r"(small_dst + c * apart), "r"(small[c][0]), "r"(small[c][1]), "r"(small[c][2]), "r"(small[c][3])
+                     : "memory");
     }
 }
 
@@ -83,8 +67,8 @@ template <bool TRUNCATED, int BYTES>
 __device__ __forceinline__ void split_stage_tf32(unsigned src, unsigned small_dst, int thread, int threads) {
     int i = thread;
     for (; i + threads < BYTES / 16; i += 2 * threads)
-        split_tf32_smem32<TRUNCATED>(src + 16 * i, small_dst + 16 * i, 16 * threads);
-    if (i < BYTES / 16) split_tf32_smem16<TRUNCATED>(src + 16 * i, small_dst + 16 * i);
+        split_tf32_smem<TRUNCATED, 2>(src + 16 * i, small_dst + 16 * i, 16 * threads);
+    if (i < BYTES / 16) split_tf32_smem<TRUNCATED, 1>(src + 16 * i, small_dst + 16 * i, 0);
 }
 
 __device__ __forceinline__ float ld_shared_f32(unsigned addr) {
