@@ -17,9 +17,9 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param
 from .wgmma import WARP_SPECIALISED, make_args
+from .wgmma_tf32_swap import swap_tile_rules
 
 FP32_BYTES = 4
-SWIZZLE_ELEMS = 32  # fp32 elements in one 128-byte swizzled row
 MOST_REGISTERS = 192  # accumulators, the stage's partial tile and its B fragments per consumer thread (192×128: 224 spilled)
 
 
@@ -37,13 +37,7 @@ def consumer_registers(p) -> int:
 
 
 def _rules(p, dtype, acc):
-    if p["BM"] % 8:
-        yield ConfigError("BM", p["BM"], "a multiple of 8: BM is the wgmma N")
-    if p["BN"] % (64 * p["CONSUMERS"]):
-        yield ConfigError("BN", p["BN"], f"a multiple of 64 * CONSUMERS = {64 * p['CONSUMERS']} (each consumer "
-                          "takes whole m64 tiles of Cᵀ)")
-    if p["BK"] % SWIZZLE_ELEMS:
-        yield ConfigError("BK", p["BK"], f"a multiple of one 128-byte swizzle row ({SWIZZLE_ELEMS} fp32 elements)")
+    yield from swap_tile_rules(p)
     regs = consumer_registers(p)
     if regs > MOST_REGISTERS:
         yield ConfigError("BM", p["BM"], f"at most {MOST_REGISTERS} registers of accumulators, partials and B "

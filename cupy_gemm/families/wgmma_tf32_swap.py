@@ -39,7 +39,9 @@ def consumer_registers(p) -> int:
     return tiles * (p["BM"] // 2 + p["BK"])
 
 
-def _rules(p, dtype, acc):
+def swap_tile_rules(p):
+    """The swapped product's tile rules (wgmma_3xtf32_swap's too): BM is the wgmma N, each consumer takes
+    whole m64 tiles of Cᵀ, and a stage is whole swizzle rows of k."""
     if p["BM"] % 8:
         yield ConfigError("BM", p["BM"], "a multiple of 8: BM is the wgmma N")
     if p["BN"] % (64 * p["CONSUMERS"]):
@@ -47,6 +49,10 @@ def _rules(p, dtype, acc):
                           "warpgroup takes whole m64 tiles of Cᵀ, 64 columns of C)")
     if p["BK"] % SWIZZLE_ELEMS:
         yield ConfigError("BK", p["BK"], f"a multiple of one 128-byte swizzle row ({SWIZZLE_ELEMS} fp32 elements)")
+
+
+def _rules(p, dtype, acc):
+    yield from swap_tile_rules(p)
     regs = consumer_registers(p)
     if regs > MOST_REGISTERS:
         yield ConfigError("BM", p["BM"], f"at most {MOST_REGISTERS} registers of accumulators and B fragments per "
