@@ -13,8 +13,8 @@ out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where 
   registers (torch's default, use_fast_accum=False); a catalogue variant with PROMOTE = 0 is the fast mode;
 - e5m2 is allowed for one operand, not both (as torch);
 - scales must be float32 CuPy arrays on the operands' device; block scales of a are read [K-block][M], so
-  an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array (as quantize returns it) is
-  used in place, any other is copied.
+  an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array with M % 4 == 0 (as quantize
+  returns it) is used in place, any other is copied (the copy engine needs rows of 16-byte multiples).
 """
 from __future__ import annotations
 
@@ -135,10 +135,16 @@ def _k_major(x, rows: int, k: int):
 
 
 def _kernel_scales(scale, mode: str, operand: str):
-    """Scales in the kernel's layout: A's blocks as [K-block][M] so a K-block's row scales are adjacent."""
+    """Scales in the kernel's layout: A's blocks as [K-block][M] rows of 16-byte multiples, so that a
+    K-block's row scales are one box for the copy engine (zeros pad M to a multiple of 4)."""
     import cupy
     if mode == "block" and operand == "a":
-        return cupy.ascontiguousarray(scale.T)
+        rows = scale.T
+        if _tma_ready(rows, *rows.shape, 4) is not None:
+            return rows
+        padded = cupy.zeros((rows.shape[0], -(-rows.shape[1] // 4) * 4), dtype=np.float32)
+        padded[:, :rows.shape[1]] = rows
+        return padded
     return cupy.ascontiguousarray(scale.reshape(-1) if mode != "block" else scale)
 
 

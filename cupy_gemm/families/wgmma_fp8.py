@@ -9,13 +9,16 @@ through `cupy_gemm.scaled_mm`, not matmul/gemm (abi "scaled"):
                 const __grid_constant__ CUtensorMap map_c, const float* scale_a, const float* scale_b,
                 int M, int N, int K)
 
+(with SCALING = 2, scale_a's place holds map_sa, the tensor map of A's block scales)
+
 A is (M×K) row-major and B arrives as Bᵀ, (N×K) row-major: fp8 wgmma has no transpose bit, so both
 operands are K-major, as torch._scaled_mm's "b must be column-major". SCALING selects the scales:
 0 one per tensor; 1 per row of A (M floats) and per column of B (N floats); 2 blocks: 1×128 of A stored
-[ceil(K/128)][M] and 128×128 of B stored [ceil(N/128)][ceil(K/128)]. PROMOTE = 1 adds each 128-deep
-K-block's tensor-core sum into separate fp32 registers (the tensor core's own fp8 accumulation keeps
-fewer bits than fp32); block scales are applied there (the producer stages each K-block's in shared
-memory, a few K-blocks ahead), the others in the epilogue.
+[ceil(K/128)][M] (rows padded to a multiple of 4 floats, TMA's 16-byte stride) and 128×128 of B stored
+[ceil(N/128)][ceil(K/128)]. PROMOTE = 1 adds each 128-deep K-block's tensor-core sum into separate fp32
+registers (the tensor core's own fp8 accumulation keeps fewer bits than fp32); block scales are applied
+there (A's land in each pipeline stage with its tiles, B's are read a K-block ahead), the others in the
+epilogue.
 """
 from __future__ import annotations
 
@@ -28,7 +31,6 @@ from .wgmma import WARP_SPECIALISED
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128
 C_BOX_ROWS = 64  # the epilogue stores C in boxes of 64 rows by one swizzle row
-SCALE_STAGES = 3  # K-blocks of block scales staged ahead of the consumers
 FORMATS = ("e4m3", "e5m2")  # FORMAT_A / FORMAT_B values
 SCALINGS = ("tensor", "rowcol", "block")  # SCALING values
 # accumulators per consumer thread, leaving room for addresses and scales under the registers a consumer
@@ -38,11 +40,11 @@ MAX_ACC_REGS = {1: 192, 2: 192, 3: 128}
 
 def smem_bytes(p, dtype: str, acc: str) -> int:
     stage = (p["BM"] + p["BN"]) * K_BLOCK
+    if p["SCALING"] == 2:  # a stage carries its K-block's scales of A's BM rows
+        stage += p["BM"] * 4
     staging = p["CONSUMERS"] * 2 * C_BOX_ROWS * SWIZZLE_BYTES  # two C boxes per consumer
-    # block scales (SCALING = 2): a ring of their own, each slot A's BM and B's (up to) 4, and two barriers
-    scales = SCALE_STAGES * ((p["BM"] + 4) * 4 + 16) if p["SCALING"] == 2 else 0
-    # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers
-    return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"] + scales
+    # + 1024: the kernel rounds the start up to the swizzle period, and keeps its barriers in that slack
+    return p["STAGES"] * stage + staging + 1024
 
 
 def _rule_tiles(p, dtype, acc):
@@ -78,7 +80,7 @@ def _rule_promotion(p, dtype, acc):
 def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda: int, ldb: int, ldc: int) -> tuple:
     """Kernel arguments for A (m×k, row stride lda), Bᵀ (n×k, row stride ldb) and C (m×n, row stride ldc),
     all CuPy arrays already meeting the copy engine's 16-byte rules, and float32 scales laid out for
-    the variant's SCALING (see the module docstring)."""
+    the variant's SCALING (see the module docstring; block scales of A as a 2-D [K-block][row] array)."""
     from .. import tma
     p = variant.params
     map_a = tma.tensor_map_2d(a.data.ptr, "uint8", rows=m, cols=k, ld=lda, box_rows=p["BM"], box_cols=K_BLOCK)
@@ -88,6 +90,10 @@ def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda:
     box_cols = SWIZZLE_BYTES // CUDA_TYPES[variant.dtype][1]
     map_c = tma.tensor_map_2d(c.data.ptr, variant.dtype, rows=m, cols=n, ld=ldc, box_rows=C_BOX_ROWS,
                               box_cols=box_cols)
+    if p["SCALING"] == 2:  # a stage's box: one K-block's scales of the tile's rows
+        rows, ld = scale_a.shape[0], scale_a.strides[0] // 4 if scale_a.shape[0] > 1 else scale_a.shape[1]
+        scale_a = tma.tensor_map_2d(scale_a.data.ptr, "float32", rows=rows, cols=m, ld=ld, box_rows=1,
+                                    box_cols=p["BM"], swizzle=0)
     return (map_a, map_b, map_c, scale_a, scale_b, np.int32(m), np.int32(n), np.int32(k))
 
 

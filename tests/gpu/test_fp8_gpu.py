@@ -148,7 +148,27 @@ def test_plan_reads_the_operands_when_called(monkeypatch, mode, k):
     assert run() is first
     assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
     in_place = mode != "block" and k % 16 == 0
-    assert len(encoded) == (3 if in_place else 6)
+    maps = 4 if mode == "block" else 3  # block scales of A are read through a map of their own
+    assert len(encoded) == (maps if in_place else 2 * maps)
+
+
+@pytest.mark.parametrize("m", [256, 250, 3])
+def test_block_scales_of_a_in_place_or_padded(m):
+    """A's block scales as the kernel reads them, [K-block][M]: used in place where rows are 16-byte
+    multiples (M % 4 == 0), copied with zero padding otherwise; both products right, rows past a tile's
+    edge included (M = 250, 3)."""
+    n, k = 300, 1040
+    kb = -(-k // 128)
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    _, sb = random_scales("block", m, n, k, 3)
+    sa = cupy.exp2(cupy.random.default_rng(4).random((kb, m), dtype=cupy.float32) * 4 - 2).T  # (M, kb) view
+    kernel_sa = scaled._kernel_scales(sa, "block", "a")
+    assert (kernel_sa.data.ptr == sa.data.ptr) == (m % 4 == 0)
+    assert kernel_sa.shape == (kb, -(-m // 4) * 4) and (kernel_sa[:, :m] == sa.T).all()
+    out = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+    cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32", out=out,
+                        variant="fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_block_f32")
+    assert check(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
 
 
 def test_scaled_mm_keeps_a_plan_per_geometry(monkeypatch):
