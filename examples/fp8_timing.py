@@ -23,7 +23,7 @@ import torch
 
 import cupy_gemm
 from cupy_gemm.measure import timing
-from cupy_gemm import registry, scaled, toolkit, verify
+from cupy_gemm import launch, registry, scaled, toolkit, verify
 from cupy_gemm.compile import options_for
 from cupy_gemm.render import render
 
@@ -84,6 +84,9 @@ def time_shape(m, n, k, args, l2_bytes):
         print(f"| {name} | {ms:.4f} | {2 * m * n * k / ms / 1e9:.1f} | {base / ms:.3f} | {diff} |")
     promoted = [name for name in per_tensor if registry.lookup(name).params["PROMOTE"]]
     best_tensor = min(medians[name] for name in promoted)
+    for mode in ("tensor", "block"):
+        chosen = scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, launch.sm_count(cupy.cuda.Device()))
+        print(f"scaled_mm's default, {mode} scales: {chosen.name}, {base / medians[chosen.name]:.3f} × torch._scaled_mm")
     print(f"best block-scaled / best promoted per-tensor speed: {best_tensor / min(medians[b] for b in block):.3f}")
 
 

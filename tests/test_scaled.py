@@ -108,6 +108,21 @@ def test_named_variant_must_match_the_call():
     assert mode == "rowcol" and v.params["SCALING"] == 1 and v.dtype == "float32"
 
 
+@pytest.mark.parametrize("m,n,mode,out_dtype,tile", [
+    (8192, 8192, "tensor", "bfloat16", (128, 192)),   # waves 99% full against 97%
+    (4096, 4096, "tensor", "bfloat16", (128, 256)),   # 89% against 97%
+    (4096, 7168, "tensor", "bfloat16", (128, 256)),   # 92% against 97%
+    (8192, 8192, "block", "bfloat16", (128, 256)),    # block scales keep the first entry
+    (8192, 8192, "tensor", "float16", (128, 256)),    # no 128×192 entry for this output
+])
+def test_default_tile_follows_the_waves(m, n, mode, out_dtype, tile):
+    """Per-tensor scales take the 128×192 entry where its waves on 132 SMs are about as full as 128×256's."""
+    v = scaled.variant_for("e4m3", "e4m3", mode, out_dtype, m, n, 132)
+    assert (v.params["BM"], v.params["BN"]) == tile and v.dtype == out_dtype and v.params["CLUSTER"] == 1
+    assert v.params["SCALING"] == scaled.SCALING_IDS[mode]
+    assert scaled.variant_for("e4m3", "e4m3", mode, out_dtype) is scaled.variant_for("e4m3", "e4m3", mode, out_dtype, 1, 1)
+
+
 # ---- quantize's host side ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("scaling,column_major,expected", [
