@@ -4,13 +4,14 @@ The decision takes the GPU (name, compute capability, SM count), the dtype key (
 CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
 
 1. to the GPU's dispatch table (kernels/dispatch/table-*.toml, cupy_gemm/selection_tables.py): the nearest
-   measured shape in log space, if it lies within TABLE_REACH of the problem in every dimension;
+   measured shape in log space, if it lies within TABLE_REACH of the problem in every dimension and the
+   problem has at most 2**TABLE_GROWTH times its work;
 2. else to the heuristic, whose candidates per rule are data (kernels/dispatch/candidates.toml):
    - min(M, N) <= SKINNY_MAX: the product is memory-bound; the first `skinny` entry in list order that
      covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
      always does; else the covering entry with the most blocks). The lists stop where split-K measured faster;
    - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
-     deep (the one whose tiles pad C least), else a `small_tile` entry that puts the most blocks on it
+     deep (the first whose tiles pad C within PAD_TIE of the least), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);
    - otherwise the first `default` entry (big tiles).
 3. then, for a call whose operands are known (their Placement), the rules of cupy_gemm/placement_rules.py:
@@ -22,6 +23,7 @@ given installation or GPU does not have. This runs once per call geometry (the f
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import placement_rules, registry, selection_tables
@@ -45,6 +47,13 @@ IN_FLIGHT_BYTES = 4 << 20
 IDLE_FRACTION = 2
 WAVE_TIE = 0.05  # the big-tile rule's margin: a larger tile is worth up to this much emptier waves
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
+# log2: ... and with at most 4× its work (M·N·K). An entry timed on a smaller product chose smaller tiles or
+# more K splits than 8× the work needs: on the H100, 1024³ took 512³'s entries at 0.72–0.89× cuBLAS where
+# the heuristic's ran 1.04× (float32), 0.88× (tf32) and 0.97–1.04× (16-bit), 18–22% faster
+TABLE_GROWTH = 2.0
+# split-K tiles: the first in list order (the larger) unless another pads C by more than this much less.
+# The least padding alone put 1000³ tf32 on 16×128 tiles, 2.4× slower than 128×128 (1.6% more padding)
+PAD_TIE = 0.10
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
 
 
@@ -110,7 +119,8 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
             for entry, distance in ranked:
                 if distance > TABLE_REACH:
                     break
-                reason = why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
+                reason = (why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
+                          or _too_small(entry, m, n, k))
                 if reason is None:
                     return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
                                     f"{_shape(entry)}{with_b} (log2 distance {distance:.2f})", tuple(notes), measured)
@@ -155,9 +165,10 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
         idle = f"{default.name}'s {tiles} tiles fill {tiles / slots:.0%} of the {slots} block slots of {sm_count} SMs"
         deep = deep_k(m, n, k)
         if deep and usable["split_k"]:
-            # the entry whose tiles waste the least of C (a 64-row tile for 16 rows computes 48 for nothing);
-            # list order breaks ties
-            best = min(usable["split_k"], key=lambda v: padded_area(v, m, n))
+            # the entry whose tiles waste the least of C (a 64-row tile for 16 rows computes 48 for nothing),
+            # the first in list order among those within PAD_TIE of it
+            least = min(padded_area(v, m, n) for v in usable["split_k"])
+            best = next(v for v in usable["split_k"] if padded_area(v, m, n) <= least * (1 + PAD_TIE))
             return Decision(best.name, f"heuristic: {idle} and K = {k} is deep (K >= {2 * MIN_K_PER_SPLIT} "
                             f"and K² >= M·N): split K, on the tile that pads C least", tuple(notes))
         smaller = [v for v in usable["small_tile"] if tiles_of(v, m, n) > tiles]
@@ -203,6 +214,14 @@ def _too_many_rows(name: str, m: int, n: int) -> str | None:
     rows = registry.catalogue()[name].max_rows()
     if rows is not None and min(m, n) > rows:
         return f"serves at most {rows} rows or columns, not {min(m, n)}"
+    return None
+
+
+def _too_small(entry, m: int, n: int, k: int) -> str | None:
+    """Why a table entry's shape is too small a product to answer m×n×k (TABLE_GROWTH), or None."""
+    growth = sum(math.log2(max(d, 1)) for d in (m, n, k)) - sum(entry["logs"])
+    if growth > TABLE_GROWTH:
+        return f"timed on {2 ** growth:.0f}× less work than {m}×{n}×{k} (at most {2 ** TABLE_GROWTH:g}×)"
     return None
 
 

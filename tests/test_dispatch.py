@@ -91,6 +91,26 @@ def test_table_out_of_reach_goes_to_the_heuristic(table):
     assert dispatch.choose(H100, "bfloat16", 16, 4096, 4096).reason.startswith("heuristic")  # other dtype key
 
 
+def test_table_entries_of_much_smaller_products_do_not_answer(table):
+    """A shape with at most 4× the work of the nearest entry takes it; with 8× (twice the size in every
+    dimension) the heuristic decides, since an entry timed on a smaller product chose for that product."""
+    assert dispatch.choose(H100, "float16", 4096, 4096, 8192).variant == MMA  # 2× the work
+    assert dispatch.choose(H100, "float16", 8192, 4096, 8192).variant == MMA  # 4×
+    grown = dispatch.choose(H100, "float16", 8192, 8192, 8192)  # 8×
+    assert grown.reason.startswith("heuristic") and any("8× less work" in n for n in grown.notes)
+    assert dispatch.choose(H100, "float16", 2048, 2048, 2048).variant == MMA  # smaller products still take it
+
+
+def test_split_k_takes_the_first_tile_unless_another_pads_far_less():
+    """1000³ tf32: the 128×128 split-K tile pads C by 1.6% more than the 16×128 one, within PAD_TIE, so the
+    list's first (larger) tile runs; 17 rows pad a 128-row tile 4× more, so the 16-row tile runs."""
+    hopper = Gpu("unknown GPU", 90)
+    first = dispatch.candidates()["split_k"]["tf32"][0]
+    assert dispatch.choose(hopper, "tf32", 1000, 1000, 1000).variant == first
+    seventeen = registry.lookup(dispatch.choose(hopper, "tf32", 17, 4096, 4096).variant)
+    assert seventeen.family.tile(seventeen.params)[0] <= 32
+
+
 def test_table_names_that_cannot_serve_fall_through(table):
     # 128³: the nearest entry names no catalogue kernel, the next accumulates in fp16: both are passed over
     decision = dispatch.choose(H100, "float16", 128, 128, 128)
