@@ -4,14 +4,14 @@ The decision takes the GPU (name, compute capability, SM count), the dtype key (
 CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
 
 1. to the GPU's dispatch table (kernels/dispatch/table-*.toml, cupy_gemm/selection_tables.py): the nearest
-   measured shape in log space, if it lies within TABLE_REACH of the problem in every dimension and the
-   problem has at most 2**TABLE_GROWTH times its work;
+   measured shape in log space, if it lies within TABLE_REACH (TABLE_REACH_BY_KEY) of the problem in every
+   dimension and the problem has at most 2**TABLE_GROWTH times its work;
 2. else to the heuristic, whose candidates per rule are data (kernels/dispatch/candidates.toml):
    - min(M, N) <= SKINNY_MAX: the product is memory-bound; the first `skinny` entry in list order that
      covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
      always does; else the covering entry with the most blocks). The lists stop where split-K measured faster;
    - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
-     deep (the first whose tiles pad C within PAD_TIE of the least), else a `small_tile` entry that puts the most blocks on it
+     deep (the one the launcher's split-K cost model expects to finish first), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);
    - otherwise the first `default` entry (big tiles).
 3. then, for a call whose operands are known (their Placement), the rules of cupy_gemm/placement_rules.py:
@@ -30,7 +30,7 @@ from . import placement_rules, registry, selection_tables
 from .arrange import B_LAYOUTS, Placement, fresh
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, why_not  # noqa: F401  (dispatch's API)
 from .errors import ConfigError, DeviceError, DTypeError
-from .split_policy import MIN_K_PER_SPLIT, resident_blocks
+from .split_policy import MIN_K_PER_SPLIT, resident_blocks, split_plan
 from .placement_rules import COPY_SHARE, FLOPS_PER_BYTE, kernel_cost  # noqa: F401  (dispatch's API)
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
@@ -47,6 +47,10 @@ IN_FLIGHT_BYTES = 4 << 20
 IDLE_FRACTION = 2
 WAVE_TIE = 0.05  # the big-tile rule's margin: a larger tile is worth up to this much emptier waves
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
+# 16-bit inputs: within √2. Their heuristic picks split-K tiles with the launcher's cost model, which beat
+# the neighbours' entries over the llm corpus on the H100 (150 shapes, 124 of them off the table:
+# × cupy.matmul geomean 0.964 → 0.990 float16, 0.973 → 0.992 bfloat16)
+TABLE_REACH_BY_KEY = {"float16": 0.5, "bfloat16": 0.5}
 # log2: ... and with at most 4× its work (M·N·K). An entry timed on a smaller product chose smaller tiles or
 # more K splits than 8× the work needs: on the H100, 1024³ took 512³'s entries at 0.72–0.89× cuBLAS where
 # the heuristic's ran 1.04× (float32), 0.88× (tf32) and 0.97–1.04× (16-bit), 18–22% faster
@@ -54,6 +58,10 @@ TABLE_GROWTH = 2.0
 # split-K tiles: the first in list order (the larger) unless another pads C by more than this much less.
 # The least padding alone put 1000³ tf32 on 16×128 tiles, 2.4× slower than 128×128 (1.6% more padding)
 PAD_TIE = 0.10
+MODELLED_SPLITS = ("float16", "bfloat16")  # dtype keys whose split-K tile the launcher's cost model picks
+# ... among the tiles that pad C at most this much more than the least: the model took 128-row tiles for
+# 64 rows (H100, 64×8192×8192: 0.81× cupy.matmul against 1.02× for 64×64 tiles)
+MODEL_PAD_LIMIT = 1.25
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
 
 
@@ -117,7 +125,7 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
                 notes.append(f"dispatch table {table['file']}: no {key} entries timed with B column-major")
                 continue
             for entry, distance in ranked:
-                if distance > TABLE_REACH:
+                if distance > TABLE_REACH_BY_KEY.get(key, TABLE_REACH):
                     break
                 reason = (why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
                           or _too_small(entry, m, n, k))
@@ -126,7 +134,7 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
                                     f"{_shape(entry)}{with_b} (log2 distance {distance:.2f})", tuple(notes), measured)
                 notes.append(f"{entry['variant']} (table, {_shape(entry)}{with_b}): {reason}")
             notes.append(f"dispatch table {table['file']}: no usable {key} shape{with_b} within a factor "
-                         f"{2 ** TABLE_REACH:g} of {m}×{n}×{k} in every dimension")
+                         f"{2 ** TABLE_REACH_BY_KEY.get(key, TABLE_REACH):.3g} of {m}×{n}×{k} in every dimension")
     else:
         notes.append(f"no dispatch table for {gpu.name} (sm_{gpu.cc})")
     return _heuristic(gpu, key, m, n, k, notes, needs)
@@ -165,12 +173,9 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
         idle = f"{default.name}'s {tiles} tiles fill {tiles / slots:.0%} of the {slots} block slots of {sm_count} SMs"
         deep = deep_k(m, n, k)
         if deep and usable["split_k"]:
-            # the entry whose tiles waste the least of C (a 64-row tile for 16 rows computes 48 for nothing),
-            # the first in list order among those within PAD_TIE of it
-            least = min(padded_area(v, m, n) for v in usable["split_k"])
-            best = next(v for v in usable["split_k"] if padded_area(v, m, n) <= least * (1 + PAD_TIE))
+            best, how = _fastest_split(usable["split_k"], key, m, n, k, sm_count)
             return Decision(best.name, f"heuristic: {idle} and K = {k} is deep (K >= {2 * MIN_K_PER_SPLIT} "
-                            f"and K² >= M·N): split K, on the tile that pads C least", tuple(notes))
+                            f"and K² >= M·N): split K, {how}", tuple(notes))
         smaller = [v for v in usable["small_tile"] if tiles_of(v, m, n) > tiles]
         if smaller:
             filling = [v for v in smaller if tiles_of(v, m, n) >= sm_count]
@@ -215,6 +220,27 @@ def _too_many_rows(name: str, m: int, n: int) -> str | None:
     if rows is not None and min(m, n) > rows:
         return f"serves at most {rows} rows or columns, not {min(m, n)}"
     return None
+
+
+def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, sm_count: int) -> tuple[Variant, str]:
+    """16-bit inputs: the split-K entry the launcher's cost model (split_policy.split_plan: loads against
+    multiply-adds per K block, waves of tiles × splits, the partial tiles' traffic) expects to finish
+    first among those padding C at most MODEL_PAD_LIMIT times the least, ties to list order. Otherwise, or where it models none of them, the first whose tiles pad C
+    within PAD_TIE of the least: the model takes CUDA-core tiles for equally fast per multiply-add, which
+    they are not (float32 1024³ on the H100: 32×64 tiles 71 µs, 128×64 60)."""
+    least = min(padded_area(v, m, n) for v in entries)
+    modelled = []
+    for v in entries if key in MODELLED_SPLITS else ():
+        if padded_area(v, m, n) > least * MODEL_PAD_LIMIT:
+            continue
+        splits, ns = split_plan(v, m, n, k, tiles_of(v, m, n), sm_count)
+        if ns is not None:
+            modelled.append((ns, v, splits))
+    if modelled:
+        ns, best, splits = min(modelled, key=lambda r: r[0])  # min keeps the first of equals
+        return best, f"on the tile the split-K model expects first ({splits} splits, ~{ns / 1000:.0f} µs)"
+    best = next(v for v in entries if padded_area(v, m, n) <= least * (1 + PAD_TIE))
+    return best, "on the tile that pads C least"
 
 
 def _too_small(entry, m: int, n: int, k: int) -> str | None:

@@ -44,19 +44,26 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     for A, B and the partials, and the last split of a tile reads every partial back. So small M×N with
     a long K splits until the SMs are busy, and memory-bound products stop splitting once bandwidth,
     not SMs, is the limit: the partials' traffic then only costs."""
+    return split_plan(variant, m, n, k, tiles, sm_count, registers)[0]
+
+
+def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None,
+               registers: int | None = None) -> tuple[int, float | None]:
+    """(k_splits's count, the model's time for it in ns; None where the model is not asked: a fixed
+    SPLIT_K, no split-K steps, or a memory-bound family)."""
     fam, p = variant.family, variant.params
     if not fam.takes_split_k_args(p):
-        return 1
+        return 1, None
     bk = p.get("BK", 1)
     k_blocks = max(1, -(-k // bk))
     requested = p.get("SPLIT_K", 0)
     if requested:
-        return max(1, min(requested, k_blocks))
+        return max(1, min(requested, k_blocks)), None
     sms = sm_count or 132
     min_k = fam.split_k_min_k or MIN_K_PER_SPLIT
     if fam.split_k_fill:  # a memory-bound family: enough blocks to keep HBM busy, no arithmetic to model
         blocks = sms * fam.split_k_fill
-        return 1 if tiles >= blocks else max(1, min(blocks // tiles, k // min_k, k_blocks, MAX_SPLITS))
+        return (1 if tiles >= blocks else max(1, min(blocks // tiles, k // min_k, k_blocks, MAX_SPLITS))), None
     resident = resident_blocks(variant, registers)
     most = max(1, min(k // min_k, k_blocks, MAX_SPLITS))
     bm, bn = fam.tile(p)
@@ -77,4 +84,4 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
         return max(per_sm, dram_ns) + splits * partial_ns
 
     best = min(range(1, most + 1), key=lambda s: (cost(s), s))
-    return best if cost(best) <= SPLIT_MARGIN * cost(1) else 1
+    return (best, cost(best)) if cost(best) <= SPLIT_MARGIN * cost(1) else (1, cost(1))

@@ -70,11 +70,14 @@ def table(monkeypatch):
     return parsed
 
 
-def test_table_hit_nearest_in_log_space(table):
+def test_table_hit_nearest_in_log_space(table, monkeypatch):
     assert dispatch.choose(H100, "float16", 16, 4096, 4096).variant == WGMMA
-    hit = dispatch.choose(H100, "float16", 20, 4000, 4096)  # within a factor 2: the nearest point answers
+    hit = dispatch.choose(H100, "float16", 20, 4000, 4096)  # within a factor √2: the nearest point answers
     assert hit.variant == WGMMA and "16×4096×4096" in hit.reason and "h100.toml" in hit.reason
-    assert dispatch.choose(H100, "float16", 4096, 4096, 8192).variant == MMA  # exactly 2× away: still in reach
+    # 16-bit keys reach √2 (their heuristic models split-K tiles); the others, and this one without that, 2
+    assert dispatch.choose(H100, "float16", 4096, 4096, 8192).reason.startswith("heuristic")
+    monkeypatch.setattr(dispatch, "TABLE_REACH_BY_KEY", {})
+    assert dispatch.choose(H100, "float16", 4096, 4096, 8192).variant == MMA  # exactly 2× away: in reach
 
 
 def test_table_is_per_gpu_name_and_cc(table):
@@ -91,9 +94,10 @@ def test_table_out_of_reach_goes_to_the_heuristic(table):
     assert dispatch.choose(H100, "bfloat16", 16, 4096, 4096).reason.startswith("heuristic")  # other dtype key
 
 
-def test_table_entries_of_much_smaller_products_do_not_answer(table):
+def test_table_entries_of_much_smaller_products_do_not_answer(table, monkeypatch):
     """A shape with at most 4× the work of the nearest entry takes it; with 8× (twice the size in every
     dimension) the heuristic decides, since an entry timed on a smaller product chose for that product."""
+    monkeypatch.setattr(dispatch, "TABLE_REACH_BY_KEY", {})  # a factor 2 per dimension
     assert dispatch.choose(H100, "float16", 4096, 4096, 8192).variant == MMA  # 2× the work
     assert dispatch.choose(H100, "float16", 8192, 4096, 8192).variant == MMA  # 4×
     grown = dispatch.choose(H100, "float16", 8192, 8192, 8192)  # 8×
@@ -109,6 +113,18 @@ def test_split_k_takes_the_first_tile_unless_another_pads_far_less():
     assert dispatch.choose(hopper, "tf32", 1000, 1000, 1000).variant == first
     seventeen = registry.lookup(dispatch.choose(hopper, "tf32", 17, 4096, 4096).variant)
     assert seventeen.family.tile(seventeen.params)[0] <= 32
+
+
+def test_16_bit_split_k_follows_the_cost_model():
+    """16-bit split-K: the tile the launcher's model expects first, among those padding C at most 1.25×
+    the least. 512×4096×14336 takes the 128×256 tile (H100: 0.82× cupy.matmul against 0.51× for 64×128);
+    64 rows keep a 64-row tile (a 128-row one pads 2×)."""
+    hopper = Gpu("unknown GPU", 90)
+    for key, prefix in (("float16", "hgemm"), ("bfloat16", "bgemm")):
+        big = dispatch.choose(hopper, key, 512, 4096, 14336)
+        assert big.variant == f"{prefix}_wgmma_m64n256k16_stages4_ws2_splitk" and "split-K model" in big.reason
+        sixty_four = registry.lookup(dispatch.choose(hopper, key, 64, 8192, 8192).variant)
+        assert sixty_four.family.split_k and sixty_four.family.tile(sixty_four.params)[0] == 64
 
 
 def test_table_names_that_cannot_serve_fall_through(table):
