@@ -282,7 +282,7 @@ def test_the_shipped_candidates_route_each_kind_of_shape():
     few-rows kernel (16-bit: the decode family, one block per 64 columns where that keeps HBM busy,
     clusters that split K where N is small; 32-bit: the skinny kernels up to 4 rows, then the decode
     family; on an Ampere GPU the skinny kernels up to 4 rows, split-K beyond), small M·N with deep K to
-    split-K on the tile that pads C least, big products to the big-tile default, which also keeps a single
+    split-K (16-bit: the tile the launcher's cost model expects first), big products to the big-tile default, which also keeps a single
     wave that fills at least half the GPU."""
     hopper, ampere = Gpu("unknown GPU", 90), Gpu("unknown GPU", 80)
     for key in ("float32", "tf32", "float16", "bfloat16"):
