@@ -11,7 +11,8 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
      covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
      always does; else the covering entry with the most blocks). The lists stop where split-K measured faster;
    - the `default` entry's tiles fill less than half the GPU's block slots: a `split_k` entry when K is
-     deep (the one the launcher's split-K cost model expects to finish first), else a `small_tile` entry that puts the most blocks on it
+     deep (16-bit: the one the launcher's split-K cost model expects to finish first; else the first whose
+     tiles pad C within PAD_TIE of the least), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);
    - otherwise the first `default` entry (big tiles).
 3. then, for a call whose operands are known (their Placement), the rules of cupy_gemm/placement_rules.py:
@@ -53,7 +54,7 @@ TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in
 TABLE_REACH_BY_KEY = {"float16": 0.5, "bfloat16": 0.5}
 # log2: ... and with at most 4× its work (M·N·K). An entry timed on a smaller product chose smaller tiles or
 # more K splits than 8× the work needs: on the H100, 1024³ took 512³'s entries at 0.72–0.89× cuBLAS where
-# the heuristic's ran 1.04× (float32), 0.88× (tf32) and 0.97–1.04× (16-bit), 18–22% faster
+# the heuristic's ran 1.05× (float32), 0.88× (tf32) and 0.97–1.04× (16-bit), 18–22% faster
 TABLE_GROWTH = 2.0
 # split-K tiles: the first in list order (the larger) unless another pads C by more than this much less.
 # The least padding alone put 1000³ tf32 on 16×128 tiles, 2.4× slower than 128×128 (1.6% more padding)
@@ -225,9 +226,10 @@ def _too_many_rows(name: str, m: int, n: int) -> str | None:
 def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, sm_count: int) -> tuple[Variant, str]:
     """16-bit inputs: the split-K entry the launcher's cost model (split_policy.split_plan: loads against
     multiply-adds per K block, waves of tiles × splits, the partial tiles' traffic) expects to finish
-    first among those padding C at most MODEL_PAD_LIMIT times the least, ties to list order. Otherwise, or where it models none of them, the first whose tiles pad C
-    within PAD_TIE of the least: the model takes CUDA-core tiles for equally fast per multiply-add, which
-    they are not (float32 1024³ on the H100: 32×64 tiles 71 µs, 128×64 60)."""
+    first among those padding C at most MODEL_PAD_LIMIT times the least, ties to list order. Otherwise,
+    or where it models none of them, the first whose tiles pad C within PAD_TIE of the least: the model
+    takes CUDA-core tiles for equally fast per multiply-add, which they are not (float32 1024³ on the
+    H100: 32×64 tiles 71 µs, 128×64 60)."""
     least = min(padded_area(v, m, n) for v in entries)
     modelled = []
     for v in entries if key in MODELLED_SPLITS else ():
