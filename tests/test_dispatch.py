@@ -117,7 +117,7 @@ def test_split_k_takes_the_first_tile_unless_another_pads_far_less():
 
 def test_16_bit_split_k_follows_the_cost_model():
     """16-bit split-K: the tile the launcher's model expects first, among those padding C at most 1.25×
-    the least. 512×4096×14336 takes the 128×256 tile (H100: 0.82× cupy.matmul against 0.51× for 64×128);
+    the least. 512×4096×14336 takes the 128×256 tile (H100: 0.85× cupy.matmul against 0.51× for 64×128);
     64 rows keep a 64-row tile (a 128-row one pads 2×)."""
     hopper = Gpu("unknown GPU", 90)
     for key, prefix in (("float16", "hgemm"), ("bfloat16", "bgemm")):
@@ -282,8 +282,8 @@ def test_the_shipped_candidates_route_each_kind_of_shape():
     few-rows kernel (16-bit: the decode family, one block per 64 columns where that keeps HBM busy,
     clusters that split K where N is small; 32-bit: the skinny kernels up to 4 rows, then the decode
     family; on an Ampere GPU the skinny kernels up to 4 rows, split-K beyond), small M·N with deep K to
-    split-K (16-bit: the tile the launcher's cost model expects first), big products to the big-tile default, which also keeps a single
-    wave that fills at least half the GPU."""
+    split-K (16-bit: the tile the launcher's cost model expects first), big products to the big-tile
+    default, which also keeps a single wave that fills at least half the GPU."""
     hopper, ampere = Gpu("unknown GPU", 90), Gpu("unknown GPU", 80)
     for key in ("float32", "tf32", "float16", "bfloat16"):
         few_rows = "decode" if key in ("float16", "bfloat16") else "skinny"  # one row: sgemv_skinny_r1 for 32-bit
