@@ -48,21 +48,18 @@ IN_FLIGHT_BYTES = 4 << 20
 IDLE_FRACTION = 2
 WAVE_TIE = 0.05  # the big-tile rule's margin: a larger tile is worth up to this much emptier waves
 TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
-# 16-bit inputs: within √2. Their heuristic picks split-K tiles with the launcher's cost model, which beat
-# the neighbours' entries over the llm corpus on the H100 (150 shapes, 124 of them off the table:
-# × cupy.matmul geomean 0.964 → 0.990 float16, 0.973 → 0.992 bfloat16)
+# 16-bit: within √2; their heuristic's split-K model beat the neighbours' entries over the H100's llm corpus
+# (× cupy.matmul geomean 0.964 → 0.990 float16, 0.973 → 0.992 bfloat16; 124 of 150 shapes off the table)
 TABLE_REACH_BY_KEY = {"float16": 0.5, "bfloat16": 0.5}
 # log2: ... and with at most 4× its work (M·N·K). An entry timed on a smaller product chose smaller tiles or
 # more K splits than 8× the work needs: on the H100, 1024³ took 512³'s entries at 0.72–0.89× cuBLAS where
 # the heuristic's ran 1.05× (float32), 0.88× (tf32) and 0.97–1.04× (16-bit), 18–22% faster
 TABLE_GROWTH = 2.0
-# split-K tiles: the first in list order (the larger) unless another pads C by more than this much less.
-# The least padding alone put 1000³ tf32 on 16×128 tiles, 2.4× slower than 128×128 (1.6% more padding)
+# split-K tiles: the first listed (the larger) unless another pads C by more than this much less; the least
+# padding alone put 1000³ tf32 on 16×128 tiles, 2.4× slower than 128×128 (1.6% more padding)
 PAD_TIE = 0.10
-MODELLED_SPLITS = ("float16", "bfloat16")  # dtype keys whose split-K tile the launcher's cost model picks
-# ... among the tiles that pad C at most this much more than the least: the model took 128-row tiles for
-# 64 rows (H100, 64×8192×8192: 0.81× cupy.matmul against 1.02× for 64×64 tiles)
-MODEL_PAD_LIMIT = 1.25
+MODELLED_SPLITS = ("float16", "bfloat16")  # dtype keys whose split-K tile the launcher's cost model picks,
+MODEL_PAD_LIMIT = 1.25  # among tiles padding C at most this much more than the least (not 128 rows for 64)
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
 
 
