@@ -88,7 +88,6 @@ def check_operands(a, b, scale_a, scale_b, format_a: str, format_b: str, out_dty
     return m, n, k, scale_modes(scale_a.shape, scale_b.shape, m, n, k)
 
 
-@lru_cache(maxsize=None)
 def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int | None = None,
                 n: int | None = None, sm_count: int | None = None) -> registry.Variant:
     """The first catalogue entry for these formats, scaling and output that promotes every K-block (with
@@ -96,19 +95,26 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int 
     where its waves are within NARROW_TILE_MARGIN of as full); else the per-tensor default's tile and
     pipeline with them (validated like any variant)."""
     from .dispatch import wave_fill
+    first, narrow = _entries_for(format_a, format_b, mode, out_dtype)
+    if narrow is not None and mode != "block" and sm_count and m and n and \
+            wave_fill(narrow, m, n, sm_count) >= wave_fill(first, m, n, sm_count) - NARROW_TILE_MARGIN:
+        return narrow
+    return first
+
+
+@lru_cache(maxsize=None)
+def _entries_for(format_a: str, format_b: str, mode: str, out_dtype: str) -> tuple[registry.Variant, registry.Variant | None]:
+    """(the default for these formats, scaling and output, its catalogue 128×192 alternative or None); cached
+    per call kind, where the wave rule above depends on the shape."""
     want = {"FORMAT_A": fp8.FORMATS.index(format_a), "FORMAT_B": fp8.FORMATS.index(format_b),
             "SCALING": SCALING_IDS[mode], "PROMOTE": 1}
     entries = [v for v in registry.catalogue().values() if v.family.name == FAMILY]
     matching = [v for v in entries if v.dtype == out_dtype and all(v.params[key] == value for key, value in want.items())]
     if matching:
-        first = matching[0]
         narrow = [v for v in matching if (v.params["BM"], v.params["BN"]) == NARROW_TILE and v.params["CLUSTER"] == 1]
-        if narrow and mode != "block" and sm_count and m and n and \
-                wave_fill(narrow[0], m, n, sm_count) >= wave_fill(first, m, n, sm_count) - NARROW_TILE_MARGIN:
-            return narrow[0]
-        return first
+        return matching[0], (narrow[0] if narrow else None)
     name = f"fp8gemm_wgmma_{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}"
-    return registry.make_variant(registry.family(FAMILY), name, out_dtype, {**entries[0].params, **want})
+    return registry.make_variant(registry.family(FAMILY), name, out_dtype, {**entries[0].params, **want}), None
 
 
 def check_variant(variant, format_a: str, format_b: str, modes, out_dtype: str, m: int | None = None,
