@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param
 from .wgmma import WARP_SPECIALISED, make_args
-from .wgmma_tf32_swap import swap_tile_rules
+from .wgmma_tf32_swap import SWAP_BK, SWAP_BM, swap_tile_rules
 
 FP32_BYTES = 4
 MOST_REGISTERS = 192  # accumulators, the stage's partial tile and its B fragments per consumer thread (192×128: 224 spilled)
@@ -50,10 +50,10 @@ WGMMA_3XTF32_SWAP = Family(
     template="wgmma_3xtf32_swap.cu.j2",
     doc="Hopper 3xTF32 with a row-major B read in place: Cᵀ = Bᵀ·Aᵀ, Bᵀ split in registers, A in shared memory",
     params=(
-        Param("BM", 128, "rows of C per block: the wgmma N", lo=8, hi=256),
+        SWAP_BM,
         Param("BN", 128, "columns of C per block, split over the consumer warpgroups (64 per m64 tile of Cᵀ)",
               lo=64, hi=256),
-        Param("BK", 32, "depth of one pipeline stage", choices=(32, 64)),
+        SWAP_BK,
         Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup loads and splits A)", choices=(1, 2)),
         block_swizzle_param(2048),

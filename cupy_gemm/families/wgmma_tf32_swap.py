@@ -39,6 +39,11 @@ def consumer_registers(p) -> int:
     return tiles * (p["BM"] // 2 + p["BK"])
 
 
+# the swapped products' tile rows (wgmma's N) and stage depth, the same in wgmma_3xtf32_swap
+SWAP_BM = Param("BM", 128, "rows of C per block: the wgmma N", lo=8, hi=256)
+SWAP_BK = Param("BK", 32, "depth of one pipeline stage", choices=(32, 64))
+
+
 def swap_tile_rules(p):
     """The swapped product's tile rules (wgmma_3xtf32_swap's too): BM is the wgmma N, each consumer takes
     whole m64 tiles of Cᵀ, and a stage is whole swizzle rows of k."""
@@ -65,10 +70,10 @@ WGMMA_TF32_SWAP = Family(
     doc="Hopper TF32 with a row-major B read in place: Cᵀ = Bᵀ·Aᵀ, Bᵀ's rows loaded as wgmma's register "
         "operand",
     params=(
-        Param("BM", 128, "rows of C per block: the wgmma N", lo=8, hi=256),
+        SWAP_BM,
         Param("BN", 128, "columns of C per block, split over the consumer warpgroups (64 per m64 tile of Cᵀ)",
               lo=64, hi=512),
-        Param("BK", 32, "depth of one pipeline stage", choices=(32, 64)),
+        SWAP_BK,
         Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=12),
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
         block_swizzle_param(2048),
