@@ -12,7 +12,8 @@ from .present import corpus_tables
 
 
 def is_corpus(shapes: str) -> bool:
-    return shapes in corpus.CORPORA
+    """llm, llm-small, or a subset of one: llm:MxNxK,…"""
+    return shapes.partition(":")[0] in corpus.CORPORA
 
 
 def run(args, console) -> int:

@@ -32,6 +32,7 @@ from .arrange import B_LAYOUTS, Placement, fresh
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, why_not  # noqa: F401  (dispatch's API)
 from .errors import ConfigError, DeviceError, DTypeError
 from .split_policy import MIN_K_PER_SPLIT, resident_blocks, split_plan
+from .tile_geometry import deep_k, in_flight_bytes, padded_area, rows_of, tiles_of, wave_fill  # noqa: F401
 from .placement_rules import COPY_SHARE, FLOPS_PER_BYTE, kernel_cost  # noqa: F401  (dispatch's API)
 from .registry import Variant
 from .selection_tables import format_table, table_from_results  # noqa: F401  (the table half of the API)
@@ -126,7 +127,7 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
                 if distance > TABLE_REACH_BY_KEY.get(key, TABLE_REACH):
                     break
                 reason = (why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
-                          or _too_small(entry, m, n, k))
+                          or _too_small(entry, m, n, k) or _emptier_waves(entry, m, n, gpu.sm_count or ASSUMED_SM_COUNT))
                 if reason is None:
                     return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
                                     f"{_shape(entry)}{with_b} (log2 distance {distance:.2f})", tuple(notes), measured)
@@ -242,48 +243,25 @@ def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, sm_
     return best, "on the tile that pads C least"
 
 
+def _emptier_waves(entry, m: int, n: int, sm_count: int) -> str | None:
+    """Why a persistent, unsplit entry's tile does not carry over from its shape to m×n, or None: its waves
+    are emptier here by more than WAVE_TIE. On the H100 the 128×192 tile of 512×10240×8192 (216 tiles,
+    82% of two waves) ran 512×8192×8192 (172 tiles, 65%) at 0.66× cupy.matmul."""
+    v = registry.catalogue()[entry["variant"]]
+    if not v.family.persistent or v.params.get("SPLIT_K", 1) != 1:
+        return None
+    there, here = wave_fill(v, entry["m"], entry["n"], sm_count), wave_fill(v, m, n, sm_count)
+    if here < there - WAVE_TIE:
+        return f"its tiles fill {here:.0%} of their waves here, {there:.0%} at {_shape(entry)}"
+    return None
+
+
 def _too_small(entry, m: int, n: int, k: int) -> str | None:
     """Why a table entry's shape is too small a product to answer m×n×k (TABLE_GROWTH), or None."""
     growth = sum(math.log2(max(d, 1)) for d in (m, n, k)) - sum(entry["logs"])
     if growth > TABLE_GROWTH:
         return f"timed on {2 ** growth:.0f}× less work than {m}×{n}×{k} (at most {2 ** TABLE_GROWTH:g}×)"
     return None
-
-
-def rows_of(v: Variant) -> int:
-    """The small dimension an entry is built for: its ROWS parameter, else its tile's smaller side."""
-    return v.params.get("ROWS") or min(v.family.tile(v.params))
-
-
-def tiles_of(v: Variant, m: int, n: int) -> int:
-    bm, bn = v.family.tile(v.params)
-    return -(-m // bm) * -(-n // bn)
-
-
-def in_flight_bytes(v: Variant, m: int, n: int) -> int:
-    """Shared memory over v's blocks at m×n: what a streaming kernel that does not split K has in flight."""
-    return tiles_of(v, m, n) * v.family.smem_bytes(v.params, v.dtype, v.acc)
-
-
-def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
-    """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs (with
-    clusters: cluster tiles over waves × the clusters that fit)."""
-    cluster = v.family.cluster(v.params)
-    bm, bn = v.family.tile(v.params)
-    units, slots = -(-m // (bm * cluster)) * -(-n // bn), max(1, sm_count // cluster)
-    return units / (-(-units // slots) * slots)
-
-
-def padded_area(v: Variant, m: int, n: int) -> int:
-    """Elements of C the variant's tiles cover, padding included."""
-    bm, bn = v.family.tile(v.params)
-    return -(-m // bm) * bm * -(-n // bn) * bn
-
-
-def deep_k(m: int, n: int, k: int) -> bool:
-    """K deep enough to split: room for two slices of MIN_K_PER_SPLIT, and at least the geometric mean
-    of M and N, so each block's K loop, not the partial tiles' traffic, is the cost being divided."""
-    return k >= 2 * MIN_K_PER_SPLIT and k * k >= m * n
 
 
 def _shape(entry) -> str:

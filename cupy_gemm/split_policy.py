@@ -32,6 +32,12 @@ def resident_blocks(variant: Variant, registers: int | None = None) -> int:
     return max(1, min(SM_THREADS // threads, SM_SMEM // smem, by_registers, 32))
 
 
+def min_k_per_split(variant: Variant) -> int:
+    """The least K one split sums: the family's own least for these parameters, else MIN_K_PER_SPLIT."""
+    fam = variant.family
+    return (fam.split_k_min_k and fam.split_k_min_k(variant.params)) or MIN_K_PER_SPLIT
+
+
 def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None,
              registers: int | None = None) -> int:
     """How many blocks share one C tile along K: SPLIT_K when set (never more than the K blocks), else
@@ -60,9 +66,10 @@ def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: i
     if requested:
         return max(1, min(requested, k_blocks)), None
     sms = sm_count or 132
-    min_k = fam.split_k_min_k or MIN_K_PER_SPLIT
-    if fam.split_k_fill:  # a memory-bound family: enough blocks to keep HBM busy, no arithmetic to model
-        blocks = sms * fam.split_k_fill
+    min_k = min_k_per_split(variant)
+    fill = fam.split_k_fill and fam.split_k_fill(p)
+    if fill:  # bound by its loads: enough blocks to keep them in flight, no arithmetic to model
+        blocks = sms * fill
         return (1 if tiles >= blocks else max(1, min(blocks // tiles, k // min_k, k_blocks, MAX_SPLITS))), None
     resident = resident_blocks(variant, registers)
     most = max(1, min(k // min_k, k_blocks, MAX_SPLITS))

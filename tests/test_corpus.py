@@ -63,6 +63,14 @@ def test_unknown_corpus_and_shape():
         corpus.shapes("llm-tiny")
     with pytest.raises(KeyError, match="3x5x7"):
         corpus.lookup(corpus.build(), 3, 5, 7)
+    with pytest.raises(ValueError, match="3x5x7: not in the llm-small corpus"):
+        corpus.shapes("llm-small:1x4096x4096,3x5x7")
+
+
+def test_a_corpus_subset_keeps_the_order_asked():
+    picked = corpus.shapes("llm:8192x576x7168,17x4095x1000")
+    assert [s.mnk for s in picked] == [(8192, 576, 7168), (17, 4095, 1000)]
+    assert picked[0] in corpus.shapes("llm")
 
 
 def test_layers_with_one_shape_merge():

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from cupy_gemm import candidates, compile as compile_mod, dispatch, epilogue, launch, placement_rules, registry
+from cupy_gemm import (candidates, compile as compile_mod, dispatch, epilogue, launch, placement_rules, registry,
+                       split_policy)
 from cupy_gemm.errors import CompileError, ConfigError
 from cupy_gemm.families import mma
 from cupy_gemm.registry import Variant, make_variant
@@ -324,7 +325,8 @@ def test_split_counts(name):
     for m, n, k in [(16, 4096, 4096), (128, 4096, 11008), (64, 2048, 4096)]:
         assert launch.launch_config(v, m, n, k, SMS).splits > 1, (m, n, k)
     assert launch.launch_config(v, 4096, 4096, 4096, SMS).splits == 1
-    assert launch.launch_config(v, 16, 4096, 300, SMS).splits == 1
+    min_k = split_policy.min_k_per_split(v)
+    assert launch.launch_config(v, 16, 4096, 2 * min_k - 1, SMS).splits == 1
 
 
 def test_plain_entries_launch_without_split_arguments():

@@ -2,7 +2,7 @@
 and the split-K families' catalogue entries and templates (SPLIT_K = 1 compiles the steps out)."""
 import pytest
 
-from cupy_gemm import launch, registry
+from cupy_gemm import launch, registry, split_policy
 from cupy_gemm.compile import compile_variant
 from cupy_gemm.errors import ConfigError
 from cupy_gemm.registry import make_variant
@@ -96,13 +96,14 @@ def test_plain_entries_never_split(name):
 @pytest.mark.parametrize("name", NEW)
 def test_policy_fills_the_gpu_for_small_m(name):
     """A small M×N with a long K is split so that tiles × splits busy the SMs without a second wave,
-    each split keeping at least MIN_K_PER_SPLIT of K."""
+    each split keeping at least MIN_K_PER_SPLIT of K (or its family's least)."""
     v = CATALOGUE[name]
     k = 4096
     cfg = launch.launch_config(v, 16, 1024, k, SMS)
     slots = SMS * launch.resident_blocks(v)
+    min_k = split_policy.min_k_per_split(v)
     assert cfg.splits > 1 and cfg.tiles * cfg.splits <= slots
-    assert cfg.splits * launch.MIN_K_PER_SPLIT <= k and cfg.splits <= launch.MAX_SPLITS
+    assert cfg.splits * min_k <= k and cfg.splits <= launch.MAX_SPLITS
 
 
 @pytest.mark.parametrize("name,shape,registers,splits", [
@@ -121,9 +122,10 @@ def test_policy_picks_what_measured_fastest(name, shape, registers, splits):
 @pytest.mark.parametrize("name", NEW)
 def test_policy_leaves_big_and_short_problems_alone(name):
     v = CATALOGUE[name]
+    min_k = split_policy.min_k_per_split(v)
     assert launch.launch_config(v, 4096, 4096, 4096, SMS).splits == 1  # many waves of tiles already
     assert launch.launch_config(v, 8192, 8192, 8192, SMS).splits == 1
-    assert launch.launch_config(v, 16, 4096, 2 * launch.MIN_K_PER_SPLIT - 1, SMS).splits == 1  # K too short
+    assert launch.launch_config(v, 16, 4096, 2 * min_k - 1, SMS).splits == 1  # K too short
     assert launch.launch_config(v, 129, 1000, 33, SMS).splits == 1
 
 

@@ -94,10 +94,12 @@ class Family:
     split_k_args_optional  SPLIT_K = 1 renders the plain kernel, without the split-K arguments as well as its
                 steps: the family's entries from before split-K keep their source, ABI and compiled images
                 (`takes_split_k_args` says which variants take them).
-    split_k_fill   for a memory-bound family: blocks per SM the automatic split (SPLIT_K = 0) aims for,
-                to keep enough loads in flight (None: split_policy.k_splits' cost model decides).
-    split_k_min_k  the least K a split should sum (None: split_policy.MIN_K_PER_SPLIT); a kernel whose partial
-                tile is small next to its slice of the operands may split finer.
+    split_k_fill   params -> for a kernel bound by its loads' latency: blocks per SM the automatic split
+                (SPLIT_K = 0) aims for, to keep enough loads in flight (None: split_policy.k_splits' cost
+                model decides).
+    split_k_min_k  params -> the least K a split should sum (None: split_policy.MIN_K_PER_SPLIT); a kernel
+                whose partial tile is small next to its slice of the operands, or whose K blocks are slow to
+                load, may split finer.
     max_rows    params -> the most rows of C the kernel serves (None: any M). The API puts the smaller
                 side of the product in M (swapping A and B: Cᵀ = Bᵀ·Aᵀ) and refuses a problem whose
                 M and N both exceed it, before anything launches. A dispatcher asks it which problems a
@@ -144,8 +146,8 @@ class Family:
     make_args: Callable | None = None
     split_k: bool = False
     split_k_args_optional: bool = False
-    split_k_fill: int | None = None
-    split_k_min_k: int | None = None
+    split_k_fill: Callable[[Mapping[str, int]], int | None] | None = None
+    split_k_min_k: Callable[[Mapping[str, int]], int | None] | None = None
     max_rows: Callable[[Mapping[str, int]], int] | None = None
     renamed: Mapping[str, str] = field(default_factory=dict)
     batched: bool = False

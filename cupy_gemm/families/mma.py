@@ -167,6 +167,12 @@ MMA = Family(
     renamed=RENAMED_BLOCK_SWIZZLE,
     split_k=True,
     split_k_args_optional=True,
+    # the unaligned loader's register-staged K blocks wait on their loads: its splits aim to fill the blocks
+    # an SM holds (4 of the 64×64 tile, 2 of 64×128, by their registers), down to 128 of K a split. On the
+    # H100 17×4095×1000 (64 tiles of 64×64) ran 22.9 µs at the 3 splits of the cost model, 16.6 at 6 to 8
+    # (cupy.matmul 13.8); 33×4095×2000 35.4 at 3, 23.0 at 8 (24.6; 64×128: 58.2 at 3, 31.9 at 8, 40.3 at 12)
+    split_k_fill=lambda p: (4 if p["WARP_TILE_N"] <= 4 else 2) if p["UNALIGNED"] else None,
+    split_k_min_k=lambda p: 128 if p["UNALIGNED"] else None,
     batched=True,
     epilogue=True,
     convert=True,

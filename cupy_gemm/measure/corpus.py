@@ -157,10 +157,18 @@ CORPORA = ("llm", "llm-small")
 
 
 def shapes(name: str = "llm") -> list[Shape]:
-    """The corpus called `name` (see CORPORA)."""
+    """The corpus called `name` (see CORPORA), or `CORPUS:MxNxK,…`: those shapes of it, in that order (the
+    shapes a dispatch table is refined on, .ci/dispatch-tables)."""
+    name, _, subset = name.partition(":")
+    if name not in CORPORA:
+        raise ValueError(f"unknown shape corpus {name!r}; choose one of {', '.join(CORPORA)}")
     corpus = build()
-    if name == "llm":
-        return corpus
-    if name == "llm-small":
-        return [lookup(corpus, *mnk) for mnk in SMALL]
-    raise ValueError(f"unknown shape corpus {name!r}; choose one of {', '.join(CORPORA)}")
+    chosen = corpus if name == "llm" else [lookup(corpus, *mnk) for mnk in SMALL]
+    if not subset:
+        return chosen
+    by_label = {s.label.replace("×", "x"): s for s in chosen}
+    unknown = [x for x in subset.split(",") if x not in by_label]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not in the {name} corpus (its shapes: MxNxK, e.g. "
+                         f"{chosen[0].label.replace('×', 'x')})")
+    return [by_label[x] for x in subset.split(",")]

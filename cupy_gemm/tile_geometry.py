@@ -1,0 +1,43 @@
+"""How a variant's tiles lie over an M×N product: how many, how full their waves, how much they pad C, how
+much a streaming kernel keeps in flight, and whether K is deep enough to split. The dispatch's rules
+(cupy_gemm/dispatch.py) and the table lookup weigh candidates with these; no GPU needed."""
+from __future__ import annotations
+
+from .registry import Variant
+from .split_policy import MIN_K_PER_SPLIT
+
+
+def rows_of(v: Variant) -> int:
+    """The small dimension an entry is built for: its ROWS parameter, else its tile's smaller side."""
+    return v.params.get("ROWS") or min(v.family.tile(v.params))
+
+
+def tiles_of(v: Variant, m: int, n: int) -> int:
+    bm, bn = v.family.tile(v.params)
+    return -(-m // bm) * -(-n // bn)
+
+
+def in_flight_bytes(v: Variant, m: int, n: int) -> int:
+    """Shared memory over v's blocks at m×n: what a streaming kernel that does not split K has in flight."""
+    return tiles_of(v, m, n) * v.family.smem_bytes(v.params, v.dtype, v.acc)
+
+
+def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
+    """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs (with
+    clusters: cluster tiles over waves × the clusters that fit)."""
+    cluster = v.family.cluster(v.params)
+    bm, bn = v.family.tile(v.params)
+    units, slots = -(-m // (bm * cluster)) * -(-n // bn), max(1, sm_count // cluster)
+    return units / (-(-units // slots) * slots)
+
+
+def padded_area(v: Variant, m: int, n: int) -> int:
+    """Elements of C the variant's tiles cover, padding included."""
+    bm, bn = v.family.tile(v.params)
+    return -(-m // bm) * bm * -(-n // bn) * bn
+
+
+def deep_k(m: int, n: int, k: int) -> bool:
+    """K deep enough to split: room for two slices of MIN_K_PER_SPLIT, and at least the geometric mean
+    of M and N, so each block's K loop, not the partial tiles' traffic, is the cost being divided."""
+    return k >= 2 * MIN_K_PER_SPLIT and k * k >= m * n
