@@ -115,7 +115,7 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
                         b_layout: str = "row") -> Decision:
     """b_layout "col" (B column-major) asks the entries timed on such a B first, then the row-major ones."""
     notes: list[str] = []
-    table = selection_tables.table_for(gpu.name, gpu.cc)
+    table, sms = selection_tables.table_for(gpu.name, gpu.cc), gpu.sm_count or ASSUMED_SM_COUNT
     if table is not None:
         for measured in (("col", "row") if b_layout == "col" else ("row",)):
             with_b = " with B column-major" if measured == "col" else ""
@@ -127,7 +127,7 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
                 if distance > TABLE_REACH_BY_KEY.get(key, TABLE_REACH):
                     break
                 reason = (why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
-                          or _too_small(entry, m, n, k) or _emptier_waves(entry, m, n, gpu.sm_count or ASSUMED_SM_COUNT))
+                          or _too_small(entry, m, n, k) or _emptier_waves(entry, m, n, sms))
                 if reason is None:
                     return Decision(entry["variant"], f"dispatch table {table['file']}: nearest measured shape "
                                     f"{_shape(entry)}{with_b} (log2 distance {distance:.2f})", tuple(notes), measured)
