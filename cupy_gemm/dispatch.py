@@ -4,7 +4,7 @@ The decision takes the GPU (name, compute capability, SM count), the dtype key (
 CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
 
 1. to the GPU's dispatch table (kernels/dispatch/table-*.toml, cupy_gemm/selection_tables.py): the nearest
-   measured shape in log space, if it lies within TABLE_REACH (TABLE_REACH_BY_KEY) of the problem in every
+   measured shape in log space, if it lies within TABLE_REACH of the problem in every
    dimension and the problem has at most 2**TABLE_GROWTH times its work;
 2. else to the heuristic, whose candidates per rule are data (kernels/dispatch/candidates.toml):
    - min(M, N) <= SKINNY_MAX: the product is memory-bound; the first `skinny` entry in list order that
@@ -48,10 +48,11 @@ IN_FLIGHT_BYTES = 4 << 20
 # every split-K and smaller-tile entry by 1.5×, while CUDA-core tiles, 4 to an SM, still gain from splits
 IDLE_FRACTION = 2
 WAVE_TIE = 0.05  # the big-tile rule's margin: a larger tile is worth up to this much emptier waves
-TABLE_REACH = 1.0  # log2: a measured shape answers problems within 2× of it in every dimension
-# 16-bit: within √2; their heuristic's split-K model beat the neighbours' entries over the H100's llm corpus
-# (× cupy.matmul geomean 0.964 → 0.990 float16, 0.973 → 0.992 bfloat16; 124 of 150 shapes off the table)
-TABLE_REACH_BY_KEY = {"float16": 0.5, "bfloat16": 0.5}
+# log2: a measured shape answers problems within √2 of it in every dimension. Against 2×, over the H100's llm
+# corpus (× cupy.matmul geomean): float16 0.964 → 0.990, bfloat16 0.973 → 0.992 (124 of 150 shapes off the
+# table then); tf32 1.036 → 1.045, float32 1.059 → 1.060 (the table refined over it; tf32 128×8192×28672
+# had taken 64×7168×16384's 64×64 tile at 0.69×, 1.04× on the heuristic's)
+TABLE_REACH = 0.5
 # log2: ... and with at most 4× its work (M·N·K). An entry timed on a smaller product chose smaller tiles or
 # more K splits than 8× the work needs: on the H100, 1024³ took 512³'s entries at 0.72–0.89× cuBLAS where
 # the heuristic's ran 1.05× (float32), 0.88× (tf32) and 0.97–1.04× (16-bit), 18–22% faster
@@ -124,7 +125,7 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
                 notes.append(f"dispatch table {table['file']}: no {key} entries timed with B column-major")
                 continue
             for entry, distance in ranked:
-                if distance > TABLE_REACH_BY_KEY.get(key, TABLE_REACH):
+                if distance > TABLE_REACH:
                     break
                 reason = (why_not(entry["variant"], key, gpu.cc, needs) or _too_many_rows(entry["variant"], m, n)
                           or _too_small(entry, m, n, k) or _emptier_waves(entry, m, n, sms))
@@ -133,7 +134,7 @@ def _table_or_heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str,
                                     f"{_shape(entry)}{with_b} (log2 distance {distance:.2f})", tuple(notes), measured)
                 notes.append(f"{entry['variant']} (table, {_shape(entry)}{with_b}): {reason}")
             notes.append(f"dispatch table {table['file']}: no usable {key} shape{with_b} within a factor "
-                         f"{2 ** TABLE_REACH_BY_KEY.get(key, TABLE_REACH):.3g} of {m}×{n}×{k} in every dimension")
+                         f"{2 ** TABLE_REACH:.3g} of {m}×{n}×{k} in every dimension")
     else:
         notes.append(f"no dispatch table for {gpu.name} (sm_{gpu.cc})")
     return _heuristic(gpu, key, m, n, k, notes, needs)

@@ -74,9 +74,9 @@ def test_table_hit_nearest_in_log_space(table, monkeypatch):
     assert dispatch.choose(H100, "float16", 16, 4096, 4096).variant == WGMMA
     hit = dispatch.choose(H100, "float16", 20, 4000, 4096)  # within a factor √2: the nearest point answers
     assert hit.variant == WGMMA and "16×4096×4096" in hit.reason and "h100.toml" in hit.reason
-    # 16-bit keys reach √2 (their heuristic models split-K tiles); the others, and this one without that, 2
+    # a table reaches √2 per dimension; with a reach of 2 the entry 2× away answers
     assert dispatch.choose(H100, "float16", 4096, 4096, 8192).reason.startswith("heuristic")
-    monkeypatch.setattr(dispatch, "TABLE_REACH_BY_KEY", {})
+    monkeypatch.setattr(dispatch, "TABLE_REACH", 1.0)
     assert dispatch.choose(H100, "float16", 4096, 4096, 8192).variant == MMA  # exactly 2× away: in reach
 
 
@@ -97,7 +97,7 @@ def test_table_out_of_reach_goes_to_the_heuristic(table):
 def test_table_entries_of_much_smaller_products_do_not_answer(table, monkeypatch):
     """A shape with at most 4× the work of the nearest entry takes it; with 8× (twice the size in every
     dimension) the heuristic decides, since an entry timed on a smaller product chose for that product."""
-    monkeypatch.setattr(dispatch, "TABLE_REACH_BY_KEY", {})  # a factor 2 per dimension
+    monkeypatch.setattr(dispatch, "TABLE_REACH", 1.0)  # a factor 2 per dimension
     assert dispatch.choose(H100, "float16", 4096, 4096, 8192).variant == MMA  # 2× the work
     assert dispatch.choose(H100, "float16", 8192, 4096, 8192).variant == MMA  # 4×
     grown = dispatch.choose(H100, "float16", 8192, 8192, 8192)  # 8×
