@@ -114,6 +114,8 @@ def write(key: str, variant: str, arch: str, image: bytes, log: str) -> None:
              "sha256": hashlib.sha256(image).hexdigest(), "log": log}
     write_atomic(image_path(key), image)
     write_atomic(_stamp_path(key), json.dumps(stamp).encode())  # last: its presence vouches for the image
+    if not image_path(key).exists():  # another process removed it meanwhile (remove: image, then stamp)
+        write_atomic(image_path(key), image)
     (folder() / f"{key}{_OLD_LOG}").unlink(missing_ok=True)
     evict(config.cache_max_bytes(), keep=key)
 
@@ -142,8 +144,10 @@ def image_file(key: str, variant: str, arch: str, image: bytes, log: str) -> Pat
 
 
 def remove(key: str) -> None:
-    """Delete an entry: its stamp first, so no reader ever finds a stamp whose image is gone for good."""
-    for suffix in (STAMP, IMAGE, _OLD_LOG):
+    """Delete an entry: its image, then its stamp. A write racing the removal either loses its stamp too
+    (leaving an image without one: a miss, evicted like any file) or finds its image gone after stamping
+    it and writes it again, so no stamp outlives its image (a reader between the two unlinks misses)."""
+    for suffix in (IMAGE, STAMP, _OLD_LOG):
         (folder() / f"{key}{suffix}").unlink(missing_ok=True)
 
 
