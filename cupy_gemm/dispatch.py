@@ -4,8 +4,9 @@ The decision takes the GPU (name, compute capability, SM count), the dtype key (
 CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
 
 1. to the GPU's dispatch table (kernels/dispatch/table-*.toml, cupy_gemm/selection_tables.py): the nearest
-   measured shape in log space, if it lies within TABLE_REACH of the problem in every
-   dimension and the problem has at most 2**TABLE_GROWTH times its work;
+   measured shape in log space, if it lies within TABLE_REACH of the problem in every dimension, the
+   problem has at most 2**TABLE_GROWTH times its work and (a persistent, unsplit entry) its tiles' waves
+   are within WAVE_TIE of as full as at that shape;
 2. else to the heuristic, whose candidates per rule are data (kernels/dispatch/candidates.toml):
    - min(M, N) <= SKINNY_MAX: the product is memory-bound; the first `skinny` entry in list order that
      covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
