@@ -29,6 +29,7 @@ from .errors import DTypeError, InputError
 from .fp8 import BLOCK, check_format
 from .operands import require_cupy
 from .prepared import keep, recall
+from .tile_geometry import wave_fill
 
 FAMILY = "wgmma_fp8"
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -94,7 +95,6 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int 
     m, n and the SM count, per-tensor and row/column scales take the catalogue's 128×192 entry instead
     where its waves are within NARROW_TILE_MARGIN of as full); else the per-tensor default's tile and
     pipeline with them (validated like any variant)."""
-    from .tile_geometry import wave_fill
     first, narrow = _entries_for(format_a, format_b, mode, out_dtype)
     if narrow is not None and mode != "block" and sm_count and m and n and \
             wave_fill(narrow, m, n, sm_count) >= wave_fill(first, m, n, sm_count) - NARROW_TILE_MARGIN:
