@@ -113,9 +113,18 @@ def test_policy_fills_the_gpu_for_small_m(name):
     # CUDA cores: the multiply-adds are the limit, so every resident block slot is worth filling
     ("sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk", (64, 4096, 4096), 117, 8),
     ("sgemm_t_16x8_sliced_k8_f32x4_bcf_dbuf_offset_swizzle_splitk", (128, 4096, 11008), 255, 8),
+    # no second wave: 48 tiles take 2 splits (59.9 µs; 74.3 at the 5 the model preferred before the cap) and
+    # 72 tiles stay whole (20.3 µs; 26.0 at 2 splits)
+    ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", (1536, 512, 7168), None, 2),
+    ("hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk", (512, 576, 7168), None, 1),
+    # unaligned loaders fill the block slots their registers leave (5 of 32×64 at 95, 3 of tf32's 64×64 at
+    # 148): 18.6 µs at 10 splits (22.5 at 12), tf32 17.5 at 6 (24.3 at 8)
+    ("sgemm_t_4x4_tile32x64_sliced_k16_f32x4_bcf_dbuf_offset_unaligned_splitk", (17, 4095, 1000), 95, 10),
+    ("sgemm_mma_m16n8k8_tf32_mma2x2_warp2x4x2_stages3_unaligned_splitk", (17, 4095, 1000), 148, 6),
 ])
 def test_policy_picks_what_measured_fastest(name, shape, registers, splits):
-    """Forced SPLIT_K 1, 2, 4, 8 on an H100 (examples/splitk_timing.py --splits): these were the fastest."""
+    """Forced split counts on an H100 (examples/splitk_timing.py --splits, or a launch's split count
+    overridden): these were the fastest."""
     assert launch.launch_config(CATALOGUE[name], *shape, SMS, registers).splits == splits
 
 

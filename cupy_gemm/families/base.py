@@ -22,6 +22,7 @@ OUT_DTYPES = tuple(CUDA_TYPES)
 ACC_TYPES = {"float32": "float", "float16": "half", "tf32": "float", "3xtf32": "float"}
 # the largest opt-in dynamic shared memory of any supported GPU (sm_90); the launcher checks the device's own
 MAX_DYNAMIC_SMEM = 227 * 1024
+FILL_RESIDENT = "resident"  # Family.split_k_fill: aim for as many blocks per SM as one SM holds
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,9 @@ class Family:
                 steps: the family's entries from before split-K keep their source, ABI and compiled images
                 (`takes_split_k_args` says which variants take them).
     split_k_fill   params -> for a kernel bound by its loads' latency: blocks per SM the automatic split
-                (SPLIT_K = 0) aims for, to keep enough loads in flight (None: split_policy.k_splits' cost
-                model decides).
+                (SPLIT_K = 0) aims for, to keep enough loads in flight, or FILL_RESIDENT: as many as one SM
+                holds (split_policy.resident_blocks, from the compiled kernel's registers), so the splits
+                run in one wave (None: split_policy.k_splits' cost model decides).
     split_k_min_k  params -> the least K a split should sum (None: split_policy.MIN_K_PER_SPLIT); a kernel
                 whose partial tile is small next to its slice of the operands, or whose K blocks are slow to
                 load, may split finer.
@@ -146,7 +148,7 @@ class Family:
     make_args: Callable | None = None
     split_k: bool = False
     split_k_args_optional: bool = False
-    split_k_fill: Callable[[Mapping[str, int]], int | None] | None = None
+    split_k_fill: Callable[[Mapping[str, int]], int | str | None] | None = None
     split_k_min_k: Callable[[Mapping[str, int]], int | None] | None = None
     max_rows: Callable[[Mapping[str, int]], int] | None = None
     renamed: Mapping[str, str] = field(default_factory=dict)

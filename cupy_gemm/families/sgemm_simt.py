@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ConfigError
-from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param
+from .base import (FILL_RESIDENT, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag,
+                   split_k_param)
 
 
 def _threads(p) -> int:
@@ -108,6 +109,12 @@ SGEMM_SIMT = Family(
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
     split_k=True,
+    # the unaligned loads (element by element off a float4 group) wait on their latency: the automatic split
+    # fills the blocks an SM holds, in one wave, down to 64 of K a split. H100, 17×4095×1000 (64 tiles):
+    # 32×64 (5 a SM) 27.0 µs at the cost model's 3 splits, 18.6 at 10, 22.5 at 12; 64×64 (4 a SM) 25.8 at
+    # 3, 21.3 at 8 (cupy.matmul 18.1)
+    split_k_fill=lambda p: FILL_RESIDENT if p["UNALIGNED"] else None,
+    split_k_min_k=lambda p: 64 if p["UNALIGNED"] else None,
     batched=True,
     epilogue=True,
     convert=True,
