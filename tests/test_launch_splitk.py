@@ -128,6 +128,21 @@ def test_policy_picks_what_measured_fastest(name, shape, registers, splits):
     assert launch.launch_config(CATALOGUE[name], *shape, SMS, registers).splits == splits
 
 
+def test_only_persistent_splits_stay_in_one_round():
+    """A persistent kernel's splits never outnumber its blocks; a CUDA-core kernel's may fill a second
+    wave (H100, float32 128×10240×8192 on 160 tiles of 128×64, two blocks an SM: 0.85× cupy.matmul at the
+    model's 4 splits, 0.54× unsplit, which one wave would have forced)."""
+    cuda_cores = CATALOGUE["sgemm_t_8x4_tile128x64_sliced_k16_f32x4_bcf_dbuf_offset_splitk"]
+    cfg = launch.launch_config(cuda_cores, 128, 10240, 8192, SMS, 123)
+    assert cfg.splits == 4 and cfg.tiles * cfg.splits > SMS * launch.resident_blocks(cuda_cores, 123)
+    for name in NEW:
+        v = CATALOGUE[name]
+        if v.family.persistent:
+            for m, n, k in [(512, 1536, 7168), (512, 576, 7168), (1024, 1024, 8192), (64, 8192, 8192)]:
+                cfg = launch.launch_config(v, m, n, k, SMS)
+                assert cfg.splits == 1 or cfg.tiles * cfg.splits <= SMS * v.family.persistent, (name, m, n, k)
+
+
 @pytest.mark.parametrize("name", NEW)
 def test_policy_leaves_big_and_short_problems_alone(name):
     v = CATALOGUE[name]

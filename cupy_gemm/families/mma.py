@@ -170,8 +170,8 @@ MMA = Family(
     # the unaligned loader's register-staged K blocks wait on their loads: its splits fill the blocks an SM
     # holds (by registers: 4 of the 64×64 fp16 tile, 3 of tf32's, 2 of 64×128), in one wave, down to 128
     # of K a split. H100, 17×4095×1000 (64 tiles of 64×64): fp16 22.9 µs at the cost model's 3 splits,
-    # 16.6 at 6 to 8 (cupy.matmul 13.8); tf32 22.5 at 3, 17.5 at 6, 24.3 at 8 (a second wave; 16.2);
-    # 33×4095×2000 fp16 35.4 at 3, 23.0 at 8 (24.6; 64×128: 58.2 at 3, 31.9 at 8, 40.3 at 12)
+    # 16.6 at 6 to 8 (cupy.matmul 13.8); tf32 22.5 at 3, 17.5 at 6, 24.3 at 8 (a second wave; cupy.matmul
+    # 16.2); 33×4095×2000 fp16 35.4 at 3, 23.0 at 8 (24.6; 64×128: 58.2 at 3, 31.9 at 8, 40.3 at 12)
     split_k_fill=lambda p: FILL_RESIDENT if p["UNALIGNED"] else None,
     split_k_min_k=lambda p: 128 if p["UNALIGNED"] else None,
     batched=True,

@@ -111,8 +111,8 @@ SGEMM_SIMT = Family(
     split_k=True,
     # the unaligned loads (element by element off a float4 group) wait on their latency: the automatic split
     # fills the blocks an SM holds, in one wave, down to 64 of K a split. H100, 17×4095×1000 (64 tiles):
-    # 32×64 (5 a SM) 27.0 µs at the cost model's 3 splits, 18.6 at 10, 22.5 at 12; 64×64 (4 a SM) 25.8 at
-    # 3, 21.3 at 8 (cupy.matmul 18.1)
+    # 32×64 (5 blocks an SM) 27.0 µs at the cost model's 3 splits, 18.6 at 10, 22.5 at 12; 64×64 (4 an SM)
+    # 25.8 at 3, 21.3 at 8 (cupy.matmul 18.1)
     split_k_fill=lambda p: FILL_RESIDENT if p["UNALIGNED"] else None,
     split_k_min_k=lambda p: 64 if p["UNALIGNED"] else None,
     batched=True,
