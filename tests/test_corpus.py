@@ -305,3 +305,26 @@ def test_settings_take_the_two_layouts_of_b():
     assert corpus_bench.Settings().b_layout == "row" and corpus_bench.Settings(b_layout="col").b_layout == "col"
     with pytest.raises(ValueError, match="b_layout must be one of row, col"):
         corpus_bench.Settings(b_layout="nk")
+
+
+def test_host_costs_take_turns_and_keep_each_best_loop(monkeypatch):
+    """Every repeat runs each implementation's loop once, in turn, after a warm-up of each; each keeps the
+    wall time per call of its fastest loop, so a loop the host disturbed once does not count."""
+    from types import SimpleNamespace
+    cupy = pytest.importorskip("cupy")
+    monkeypatch.setattr(cupy.cuda, "get_current_stream", lambda: SimpleNamespace(synchronize=lambda: None))
+    log = []
+    clock = {"now": 0.0}
+    monkeypatch.setattr(corpus_timing.time, "perf_counter", lambda: clock["now"])
+    cost = {"ours": [1.0, 3.0, 2.0], "cupy": [5.0, 4.0, 6.0]}  # seconds a call, one value per repeat
+
+    def call(name):
+        def run():
+            log.append(name)
+            warm = sum(1 for x in log if x == name) <= 4
+            clock["now"] += 0.0 if warm else cost[name][(len(log) - 9) // 8]  # 8 calls a repeat after 8 warm
+        return run
+
+    best = corpus_timing.host_costs({"ours": call("ours"), "cupy": call("cupy")}, count=4, repeats=3)
+    assert log == ["ours"] * 4 + ["cupy"] * 4 + (["ours"] * 4 + ["cupy"] * 4) * 3
+    assert best == {"ours": 1.0, "cupy": 4.0}

@@ -7,8 +7,9 @@ the host enqueues a repeat's calls, so a call that costs the host more than the 
 time. The implementations compared take turns repeat by repeat, so clock and temperature drift reaches
 them alike.
 
-Host cost (`host_cost`): the wall time of many calls in a loop closed by one synchronisation, reported
-as it is (on a shape whose GPU time is longer, the GPU time shows instead).
+Host cost (`host_costs`): the wall time of many calls in a loop closed by one synchronisation, reported
+as it is (on a shape whose GPU time is longer, the GPU time shows instead); the implementations take
+turns, and each keeps its best loop.
 
 Bandwidth (`copy_bandwidth`): bytes read plus bytes written by a large device-to-device copy.
 """
@@ -109,21 +110,25 @@ def time_rounds(rotations: dict[str, Rotation], *, repeats: int = 7, warmup_ms: 
             for name in rotations}
 
 
-def host_cost(call: Callable[[], object], calls: int = 500, repeats: int = 3) -> float:
-    """Median wall seconds per call of `calls` back-to-back calls closed by one synchronisation."""
+def host_costs(calls: dict[str, Callable[[], object]], count: int = 2000, repeats: int = 3) -> dict[str, float]:
+    """Wall seconds per call of each implementation: `count` back-to-back calls closed by one
+    synchronisation, the implementations taking turns within every repeat (drift in the host's clock or
+    load reaches them alike), the best repeat of each kept (the least disturbed by the rest of the host)."""
     import cupy
     stream = cupy.cuda.get_current_stream()
-    for _ in range(min(50, calls)):
-        call()
-    stream.synchronize()
-    samples = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        for _ in range(calls):
+    best = dict.fromkeys(calls, math.inf)
+    for call in calls.values():
+        for _ in range(min(50, count)):
             call()
-        stream.synchronize()
-        samples.append((time.perf_counter() - begin) / calls)
-    return statistics.median(samples)
+    stream.synchronize()
+    for _ in range(repeats):
+        for name, call in calls.items():
+            begin = time.perf_counter()
+            for _ in range(count):
+                call()
+            stream.synchronize()
+            best[name] = min(best[name], (time.perf_counter() - begin) / count)
+    return best
 
 
 def copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 10) -> float:
