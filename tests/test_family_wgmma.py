@@ -44,6 +44,11 @@ def test_catalogue_has_fp16_and_bf16_defaults():
     ({"PINGPONG": 1, "SPLIT_K": 0, "BN": 128}, "PINGPONG"),        # and whole tiles, not K slices
     ({"PINGPONG": 1, "BM": 96, "BN": 128, "STAGES": 3}, "BM"),
     ({"PINGPONG": 1}, "BN"),                                       # 128×256 per consumer: 256 accumulators
+    ({"KCLUSTER": 2, "BN": 128}, "TMA_STORE"),                     # a cluster's blocks store from registers
+    ({"KCLUSTER": 2, "BN": 128, "TMA_STORE": 0, "SPLIT_K": 0}, "SPLIT_K"),  # one split-K at a time
+    ({"KCLUSTER": 2, "BN": 128, "TMA_STORE": 0, "CLUSTER": 2}, "CLUSTER"),
+    ({"KCLUSTER": 9, "BN": 128, "TMA_STORE": 0}, "KCLUSTER"),      # at most 8 blocks a cluster
+    ({"KCLUSTER": 2, "TMA_STORE": 0}, "smem"),                     # 4 × 48 KB + a 128 KB partial
 ])
 def test_rules_name_the_parameter(params, param):
     with pytest.raises(ConfigError) as e:
@@ -105,6 +110,27 @@ def test_more_staging_boxes_cost_shared_memory_and_wait_less():
     assert "tma_store_wait_read<EPI_BOXES - 1>()" in source
     with pytest.raises(ConfigError, match="shared memory"):
         make_variant(WGMMA, "e4s4", "float16", {**base, "STAGES": 4, "EPI_BOXES": 4})
+
+
+def test_cluster_split_k_shares_a_tile_along_k():
+    """KCLUSTER blocks of a cluster take one tile, a K slice each: the grid is whole clusters of one tile each,
+    the launcher's splits 1; shared memory holds the fp32 partial tile and two exchange barriers."""
+    from cupy_gemm import launch
+    from cupy_gemm.tile_geometry import wave_fill
+    v = catalogue()["hgemm_wgmma_m64n128k16_tile128x128_stages5_ws2_clusterk4"]
+    assert WGMMA.cluster(v.params) == 4 and WGMMA.cluster_splits_k(v.params)
+    assert WGMMA.smem_bytes(v.params, "float16", "float32") == 5 * 32768 + 128 * 128 * 4 + 16 + 1024 + 16 * 5
+    cfg = launch.launch_config(v, 512, 576, 7168, 132, clusters=32)
+    assert (cfg.tiles, cfg.cluster, cfg.grid, cfg.splits) == (20, 4, (80, 1, 1), 1)
+    assert launch.launch_config(v, 4096, 4096, 512, 132, clusters=32).grid == (128, 1, 1)  # persistent
+    assert wave_fill(v, 512, 576, 132) == 20 / 33  # 20 tiles in the 33 clusters of four 132 SMs hold
+    source = render(v)
+    assert "constexpr int KCLUSTER = 4, CLUSTER_SIZE = CLUSTER * KCLUSTER;" in source
+    assert "cluster_split_k_sum<KCLUSTER, CONSUMER_THREADS>" in source and "mapa.u64" in source
+    assert compile_variant(v, "sm_90a").resources.local == 0
+    bad = Variant(name="unchecked", family=WGMMA, dtype="float16", acc="float32", params={**v.params, "TMA_STORE": 1})
+    with pytest.raises(CompileError, match="KCLUSTER > 1 needs CLUSTER = 1"):
+        compile_variant(bad, "sm_90a")
 
 
 def test_pingpong_consumers_own_whole_tiles():

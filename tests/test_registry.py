@@ -65,7 +65,8 @@ def test_launch_config_is_consistent(name):
     bm, bn = v.family.tile(v.params)
     assert cfg.tiles == -(-m // bm) * -(-1000 // bn)
     assert 32 <= cfg.block[0] <= 1024 and cfg.block[0] % 32 == 0
-    whole = -(-cfg.tiles * cfg.splits // cfg.cluster) * cfg.cluster  # a grid of clusters rounds up to whole ones
+    blocks = cfg.tiles * cfg.splits * (cfg.cluster if v.family.cluster_splits_k(v.params) else 1)
+    whole = -(-blocks // cfg.cluster) * cfg.cluster  # a grid of clusters rounds up to whole ones
     assert cfg.grid[0] <= whole and cfg.grid[0] * cfg.grid[1] <= whole
 
 
@@ -74,13 +75,16 @@ CLUSTERED = sorted(n for n, v in CATALOGUE.items() if v.family.cluster(v.params)
 
 @pytest.mark.parametrize("name", CLUSTERED)
 def test_clustered_grids_are_whole_clusters_that_run_at_once(name):
+    """Clusters of vertically adjacent tiles (CLUSTER), or of blocks sharing one tile along K (KCLUSTER)."""
     v = CATALOGUE[name]
     bm, bn = v.family.tile(v.params)
+    size = v.family.cluster(v.params)
+    rows = bm if v.family.cluster_splits_k(v.params) else size * bm
     for m, n, slots in ((5000, 3000, None), (5000, 3000, 60), (3 * bm + 5, bn, None), (1, 1, 7)):
         cfg = launch.launch_config(v, m, n, 1000, sm_count=132, clusters=slots)
-        cluster_tiles = -(-m // (2 * bm)) * -(-n // bn)
-        assert cfg.cluster == 2 and cfg.grid[0] % 2 == 0
-        assert cfg.grid[0] == 2 * min(cluster_tiles, 66 if slots is None else slots)
+        cluster_tiles = -(-m // rows) * -(-n // bn)
+        assert cfg.cluster == size and cfg.grid[0] % size == 0
+        assert cfg.grid[0] == size * min(cluster_tiles, 132 // size if slots is None else slots)
     assert launch.launch_config(CATALOGUE["hgemm_wgmma_m64n256k16_stages4_ws2"], 5000, 3000, 1000,
                                 sm_count=132).cluster == 1
 

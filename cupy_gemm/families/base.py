@@ -122,6 +122,8 @@ class Family:
                 C's own elements (arrange.c_align).
     cluster     params -> CTAs per thread-block cluster (1: no clusters). A persistent family's grid is then
                 a whole number of clusters, at most as many as the GPU runs at once (driver.max_active_clusters).
+    cluster_splits_k  params -> whether a cluster's CTAs share one C tile along K (each a K slice, summed
+                on chip) rather than take vertically adjacent tiles.
     pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
                 memory, so the launcher may start it while the previous kernel on the stream still runs
                 (programmatic dependent launch, sm_90 and later: cupy_gemm/driver.py).
@@ -157,6 +159,7 @@ class Family:
     convert: bool = False
     pdl: bool = False
     cluster: Callable[[Mapping[str, int]], int] = lambda p: 1
+    cluster_splits_k: Callable[[Mapping[str, int]], bool] = lambda p: False
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -67,8 +67,11 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     stage = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * size
     staging = p["TMA_STORE"] * p["CONSUMERS"] * p["EPI_BOXES"] * C_BOX_ROWS * SWIZZLE_BYTES  # C boxes per consumer
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers;
-    # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival
-    return p["STAGES"] * stage + staging + 1024 + 16 * p["STAGES"] + (16 if p["SPLIT_K"] != 1 else 0)
+    # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival; with KCLUSTER, the fp32
+    # partial tile and the two barriers of common/cluster_split_k.cuh's exchange
+    exchange = p["BM"] * p["BN"] * 4 + 16 if p.get("KCLUSTER", 1) > 1 else 0
+    return (p["STAGES"] * stage + staging + exchange + 1024 + 16 * p["STAGES"] +
+            (16 if p["SPLIT_K"] != 1 else 0))
 
 
 def smem_bytes_rowb(p, dtype: str, acc: str) -> int:
@@ -100,6 +103,17 @@ def _rule_tiles(p, dtype, acc):
                           f"fp32 elements) ({row} for {dtype})")
 
 
+def _rule_kcluster(p, dtype, acc):
+    """KCLUSTER: split-K inside a cluster, whose blocks each store their share of the tile from registers."""
+    if p["KCLUSTER"] == 1:
+        return
+    for name, value, want in (("CLUSTER", p["CLUSTER"], 1), ("SPLIT_K", p["SPLIT_K"], 1),
+                              ("PINGPONG", p["PINGPONG"], 0), ("TMA_STORE", p["TMA_STORE"], 0)):
+        if value != want:
+            yield ConfigError(name, value, f"{want} with KCLUSTER = {p['KCLUSTER']} (a cluster's blocks share one "
+                              "tile along K and each stores its share of it from registers)")
+
+
 def _rule_cluster(p, dtype, acc):
     if p["CLUSTER"] == 1:
         return
@@ -122,8 +136,9 @@ def _rule_cluster_kmajor(p, dtype, acc):
 
 
 def _no_cluster(p, dtype, acc):
-    if p["CLUSTER"] != 1:
-        yield ConfigError("CLUSTER", p["CLUSTER"], "1: the transposing producer reads each B stage it lands")
+    for name in ("CLUSTER", "KCLUSTER"):
+        if p[name] != 1:
+            yield ConfigError(name, p[name], "1: the transposing producer reads each B stage it lands")
 
 
 def _registers_rule(most: int):
@@ -204,6 +219,8 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
               "a box is refilled once the store that read it is done", lo=2, hi=8),
         Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
               "fills (templates/common/cluster.cuh)", choices=(1, 2)),
+        Param("KCLUSTER", 1, "blocks per cluster that share one tile along K, their fp32 partials summed "
+              "through distributed shared memory (templates/common/cluster_split_k.cuh); 1 = off", lo=1, hi=8),
     )
 
 
@@ -223,8 +240,9 @@ _COMMON = dict(
     template="wgmma.cu.j2",
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // CUDA_TYPES[dtype][1],
-    rules=(_rule_tiles, _registers_rule(192), _rule_cluster),
-    cluster=lambda p: p["CLUSTER"],
+    rules=(_rule_tiles, _registers_rule(192), _rule_cluster, _rule_kcluster),
+    cluster=lambda p: p["CLUSTER"] * p["KCLUSTER"],
+    cluster_splits_k=lambda p: p["KCLUSTER"] > 1,
     abi="tma",
     make_args=make_args,
     split_k=True,
@@ -267,7 +285,8 @@ WGMMA_KMAJOR = Family(
     params=_params((64, 128), 64),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
     b_layout="col",
-    **{**_COMMON, "rules": (_rule_tiles, _registers_rule(192), _rule_cluster_kmajor)},
+    **{**_COMMON, "rules": (_rule_tiles, _registers_rule(192), _rule_cluster_kmajor,
+                                                _rule_kcluster)},
 )
 
 FAMILIES = (WGMMA, WGMMA_TF32, WGMMA_TF32_ROWB, WGMMA_KMAJOR)
