@@ -28,16 +28,6 @@ __device__ __forceinline__ const T* cluster_peer(const T* p, unsigned rank) {
 // the exchange took 5.5 µs with them, 2.8 with one fence a warp and no `free` after the last tile).
 __device__ __forceinline__ void fence_acq_rel_cluster() { asm volatile("fence.acq_rel.cluster;\n" ::: "memory"); }
 
-__device__ __forceinline__ void mbar_wait_acquire_cluster(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile("{\n .reg .pred p;\n"
-                     " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-    } while (!done);
-}
-
 // Which block of SPLITS sums (and stores) fragment group g of GROUPS.
 template <int SPLITS, int GROUPS>
 __device__ __forceinline__ int cluster_split_k_owner(int g) { return g * SPLITS / GROUPS; }
@@ -52,7 +42,7 @@ __device__ __forceinline__ void cluster_split_k_sum(float (&acc)[MI][N], float4*
                                                     int rank, int c, int round, bool more) {
     constexpr int GROUPS = MI * N / 4;
     const bool leader = c % 32 == 0;
-    if (round > 0) mbar_wait_acquire_cluster(free_, (round - 1) & 1);  // every block read the last partial
+    if (round > 0) mbar_wait<true>(free_, (round - 1) & 1);  // every block read the last partial
 #pragma unroll
     for (int g = 0; g < GROUPS; ++g) {
         const float* x = &acc[(4 * g) / N][(4 * g) % N];
@@ -64,7 +54,7 @@ __device__ __forceinline__ void cluster_split_k_sum(float (&acc)[MI][N], float4*
 #pragma unroll
         for (int r = 0; r < SPLITS; ++r) mbar_arrive_cluster(full, r);
     }
-    mbar_wait_acquire_cluster(full, round & 1);
+    mbar_wait<true>(full, round & 1);
     const float4* peer[SPLITS];
 #pragma unroll
     for (int s = 0; s < SPLITS; ++s) peer[s] = cluster_peer<float4>(red, s);

@@ -25,14 +25,22 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned byt
 }
 
 // Wait until the phase of parity `parity` has completed. A fresh barrier is in phase 0, so waiting for
-// parity 1 returns at once: producers start on "empty" barriers that way.
+// parity 1 returns at once: producers start on "empty" barriers that way. ACQUIRE_CLUSTER: afterwards the
+// waiter also sees what other blocks of the cluster wrote before they arrived (the default: this block's).
+template <bool ACQUIRE_CLUSTER = false>
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     unsigned done;
     do {
-        asm volatile("{\n .reg .pred p;\n"
-                     " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if constexpr (ACQUIRE_CLUSTER)
+            asm volatile("{\n .reg .pred p;\n"
+                         " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                         " selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        else
+            asm volatile("{\n .reg .pred p;\n"
+                         " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                         " selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     } while (!done);
 }
 

@@ -8,11 +8,8 @@ import pytest
 
 import cupy_gemm
 from cupy_gemm import launch, registry, verify
-
-try:
-    import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
-except ImportError:
-    ml_dtypes = None
+# poisoned outputs checked against float64 (_check); bfloat16 skipped without ml_dtypes (_variant)
+from test_splitk_gpu import _check, _variant, check_alpha_beta, check_fortran_order
 
 
 def _runnable():
@@ -28,29 +25,10 @@ SHAPES = [(1, 1, 1), (17, 17, 17), (127, 127, 127), (1000, 1000, 1000), (512, 57
           (129, 1000, 33), (70, 260, 3), (300, 4095, 2500)]
 
 
-def _variant(name):
-    v = registry.lookup(name)
-    if v.dtype == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    return v
-
-
 def _operands(v, m, n, k, seed, order="C"):
     # a column-major B for the K-major family, which reads it in place (it would copy a row-major one)
     b_order = "F" if v.family.b_layout == "col" else order
     return (verify.random_operand((m, k), v.dtype, seed, order), verify.random_operand((k, n), v.dtype, seed + 1, b_order))
-
-
-def _check(v, a, b, *, c=None, alpha=1.0, beta=0.0, out=None):
-    m, k = a.shape
-    n = b.shape[1]
-    if out is None:  # poisoned: an element no block stored stays NaN
-        out = c.copy() if beta != 0 else cupy.full((m, n), cupy.nan, dtype=a.dtype)
-    ref, scale = verify.reference(a, b, c, alpha, beta)  # before the call: out may be c itself
-    cupy_gemm.gemm(a, b, c, alpha=alpha, beta=beta, variant=v, out=out)
-    verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
-    assert verdict.ok, f"{v.name} {m}x{n}x{k} alpha={alpha} beta={beta}: {verdict}"
-    return out
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
@@ -62,26 +40,14 @@ def test_entries(name, m, n, k):
 
 @pytest.mark.parametrize("name", NEW)
 def test_alpha_beta(name):
-    v = _variant(name)
-    m, n, k = 200, 520, 4000
-    a, b = _operands(v, m, n, k, seed=21)
-    c = verify.random_operand((m, n), v.dtype, 23)
-    _check(v, a, b, c=c, alpha=0.75, beta=-1.25)
-    _check(v, a, b, c=c, alpha=-0.5)
-    inplace = c.copy()
-    _check(v, a, b, c=inplace, alpha=2.0, beta=0.5, out=inplace)
+    """beta != 0 reads C in the owning block's store; beta = 0 leaves it unread; C may be the output."""
+    check_alpha_beta(_variant(name))
 
 
 @pytest.mark.parametrize("name", NEW)
 def test_fortran_order(name):
     """Fortran-ordered operands and output: the API computes Cᵀ = Bᵀ·Aᵀ."""
-    v = _variant(name)
-    m, n, k = 16, 1000, 4095
-    a, b = (verify.random_operand(s, v.dtype, 31 + i, "F") for i, s in enumerate(((m, k), (k, n))))
-    out = cupy.asfortranarray(cupy.full((m, n), cupy.nan, dtype=a.dtype))
-    _check(v, a, b, out=out)
-    c = verify.random_operand((m, n), v.dtype, 33, order="F")
-    _check(v, a, b, c=c, alpha=1.5, beta=0.25)
+    check_fortran_order(_variant(name))
 
 
 @pytest.mark.parametrize("name", NEW)

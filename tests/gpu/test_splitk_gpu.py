@@ -88,7 +88,10 @@ def test_forced_splits(name, m, n, k, splits):
 @pytest.mark.parametrize("name", NEW)
 def test_alpha_beta(name, splits):
     """beta != 0 reads C once, in the last split's epilogue (wgmma: the register path, not TMA stores)."""
-    v = _variant(name, splits)
+    check_alpha_beta(_variant(name, splits))
+
+
+def check_alpha_beta(v):
     m, n, k = 200, 520, 4000
     a, b = _operands(v, m, n, k, seed=21)
     c = verify.random_operand((m, n), v.dtype, 23)
@@ -101,7 +104,10 @@ def test_alpha_beta(name, splits):
 @pytest.mark.parametrize("name", NEW)
 def test_fortran_order(name):
     """Fortran-ordered operands and output: the API computes Cᵀ = Bᵀ·Aᵀ, so the small M becomes the N."""
-    v = _variant(name)
+    check_fortran_order(_variant(name))
+
+
+def check_fortran_order(v):
     m, n, k = 16, 1000, 4095
     a, b = _operands(v, m, n, k, seed=31, order="F")
     out = cupy.asfortranarray(cupy.full((m, n), cupy.nan, dtype=a.dtype))
