@@ -7,14 +7,8 @@
 // announces on every block's `free` barrier that it has read them. A block overwrites its partial with
 // the next tile's only once `free` says every block has read the last one.
 
-__device__ __forceinline__ unsigned cluster_address(unsigned addr, unsigned rank) {  // rank's copy of addr
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-    return remote;
-}
-
-// The generic address of rank's copy of this block's shared object at p: plain loads reach it, and the
-// compiler may keep several in flight (volatile asm loads would wait for each other).
+// The generic address of rank's copy of this block's shared object at p: plain loads reach it, which the
+// compiler schedules as any other (several peers' in flight at once).
 template <typename T>
 __device__ __forceinline__ const T* cluster_peer(const T* p, unsigned rank) {
     unsigned long long remote;
