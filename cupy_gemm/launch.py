@@ -57,9 +57,8 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
     splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
     grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
     cluster = fam.cluster(p)
-    if fam.persistent and cluster > 1:  # a cluster's blocks take one cluster tile: cluster × bm rows, or
-        # one tile split along K
-        cluster_tiles = -(-m // (bm * (1 if fam.cluster_splits_k(p) else cluster))) * -(-n // bn) * batch
+    if fam.persistent and cluster > 1:  # a cluster's blocks take one cluster tile
+        cluster_tiles = -(-m // fam.cluster_rows(p)) * -(-n // bn) * batch
         slots = clusters if clusters is not None else max(1, (sm_count or cluster) // cluster)
         grid = (min(cluster_tiles * splits, fam.persistent * slots) * cluster, 1, 1)
     elif fam.persistent:

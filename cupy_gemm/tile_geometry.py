@@ -25,10 +25,8 @@ def in_flight_bytes(v: Variant, m: int, n: int) -> int:
 def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
     """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs (with
     clusters: cluster tiles over waves × the clusters that fit; a cluster that splits K takes one tile)."""
-    cluster = v.family.cluster(v.params)
-    bm, bn = v.family.tile(v.params)
-    rows = bm * (1 if v.family.cluster_splits_k(v.params) else cluster)
-    units, slots = -(-m // rows) * -(-n // bn), max(1, sm_count // cluster)
+    cluster, bn = v.family.cluster(v.params), v.family.tile(v.params)[1]
+    units, slots = -(-m // v.family.cluster_rows(v.params)) * -(-n // bn), max(1, sm_count // cluster)
     return units / (-(-units // slots) * slots)
 
 

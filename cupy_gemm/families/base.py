@@ -168,6 +168,11 @@ class Family:
             if new not in self.param_index or old in self.param_index:
                 raise ValueError(f"family {self.name!r}: renamed {old} -> {new} must map an old name to a parameter")
 
+    def cluster_rows(self, params: Mapping[str, int]) -> int:
+        """Rows of C one cluster takes: its blocks' vertically adjacent tiles, or one tile split along K."""
+        bm = self.tile(params)[0]
+        return bm if self.cluster_splits_k(params) else bm * self.cluster(params)
+
     def takes_split_k_args(self, params: Mapping[str, int]) -> bool:
         """Whether a kernel of these (completed) parameters takes `int splits, void* workspace` last, so
         that the launcher passes them and owns a workspace for it."""
