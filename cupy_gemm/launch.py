@@ -6,7 +6,7 @@ from functools import cached_property
 
 import numpy as np
 
-from . import config, driver, toolkit
+from . import config, driver, stream_k, toolkit
 from .compile import Compiled, arch_for, compile_source, compile_variant, evict, image_file
 from .errors import ConfigError, InputError, ModuleLoadError
 from .registry import Variant
@@ -34,6 +34,8 @@ class LaunchConfig:
     workspace: int = 0  # bytes of the split-K workspace (counters + fp32 partial tiles)
     batch: int = 1  # members of a batched launch (tiles counts every member's)
     cluster: int = 1  # blocks per thread-block cluster (Family.cluster)
+    split_tiles: int = 0  # tiles the workspace keeps a counter and partials for: every tile, or with
+    # stream-K the tiles its blocks share (those after the tiles taken whole)
 
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
@@ -56,18 +58,23 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
                          f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
     splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
     grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
-    cluster = fam.cluster(p)
+    cluster, split_tiles = fam.cluster(p), tiles
     if fam.persistent and cluster > 1:  # a cluster's blocks take one cluster tile
         cluster_tiles = -(-m // fam.cluster_rows(p)) * -(-n // bn) * batch
         slots = clusters if clusters is not None else max(1, (sm_count or cluster) // cluster)
         grid = (min(cluster_tiles * splits, fam.persistent * slots) * cluster, 1, 1)
+    elif fam.stream_k(p):  # the grid the stream-K partition (and so k_splits' count) was worked out for
+        k_blocks = max(1, -(-k // p["BK"]))
+        grid = (stream_k.blocks(tiles, k_blocks, fam.persistent * (sm_count or 1)), 1, 1)
+        split_tiles = stream_k.shared_tiles(tiles, k_blocks, grid[0])
     elif fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
     elif cluster > 1:  # clusters run along x: a whole number of them (the kernel masks the columns past N)
         grid = (-(-member_tiles // cluster) * cluster, *grid[1:])
-    workspace = split_k_workspace(tiles, splits, bm * bn) if fam.takes_split_k_args(p) else 0
+    workspace = split_k_workspace(split_tiles, splits, bm * bn) if fam.takes_split_k_args(p) else 0
     return LaunchConfig(grid=grid, block=(fam.threads(p), 1, 1), smem=fam.smem_bytes(p, variant.dtype, variant.acc),
-                        tiles=tiles, splits=splits, workspace=workspace, batch=batch, cluster=cluster)
+                        tiles=tiles, splits=splits, workspace=workspace, batch=batch, cluster=cluster,
+                        split_tiles=split_tiles)
 
 
 def compute_capability(device) -> int:
@@ -190,7 +197,7 @@ class Launch:
         cfg = self.config
         if cfg.splits == 1:
             return None
-        return workspace(self.device, cfg.workspace, split_k_counter_bytes(cfg.tiles), True).data.ptr
+        return workspace(self.device, cfg.workspace, split_k_counter_bytes(cfg.split_tiles), True).data.ptr
 
     @cached_property
     def _kernel(self) -> driver.Kernel:

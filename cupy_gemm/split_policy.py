@@ -2,6 +2,7 @@
 model of one SM and the memory, which launch.launch_config asks."""
 from __future__ import annotations
 
+from . import stream_k
 from .families.base import CUDA_TYPES, FILL_RESIDENT
 from .registry import Variant
 
@@ -63,6 +64,9 @@ def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: i
         return 1, None
     bk = p.get("BK", 1)
     k_blocks = max(1, -(-k // bk))
+    if fam.stream_k(p):  # as many splits as the most blocks sharing a tile (cupy_gemm/stream_k.py)
+        grid = stream_k.blocks(tiles, k_blocks, fam.persistent * (sm_count or 1))
+        return stream_k.most_splits(tiles, k_blocks, grid), None
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks)), None

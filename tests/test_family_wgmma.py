@@ -49,6 +49,10 @@ def test_catalogue_has_fp16_and_bf16_defaults():
     ({"KCLUSTER": 2, "BN": 128, "TMA_STORE": 0, "CLUSTER": 2}, "CLUSTER"),
     ({"KCLUSTER": 9, "BN": 128, "TMA_STORE": 0}, "KCLUSTER"),      # at most 8 blocks a cluster
     ({"KCLUSTER": 2, "TMA_STORE": 0}, "smem"),                     # 4 × 48 KB + a 128 KB partial
+    ({"STREAM_K": 1}, "SPLIT_K"),                                  # stream-K sums through split-K's steps
+    ({"STREAM_K": 1, "SPLIT_K": 0, "CLUSTER": 2}, "CLUSTER"),
+    ({"STREAM_K": 1, "SPLIT_K": 0, "BN": 128, "PINGPONG": 1}, "PINGPONG"),
+    ({"STREAM_K": 2, "SPLIT_K": 0}, "STREAM_K"),
 ])
 def test_rules_name_the_parameter(params, param):
     with pytest.raises(ConfigError) as e:
@@ -125,11 +129,31 @@ def test_cluster_split_k_shares_a_tile_along_k():
     assert launch.launch_config(v, 4096, 4096, 512, 132, clusters=32).grid == (128, 1, 1)  # persistent
     assert wave_fill(v, 512, 576, 132) == 20 / 33  # 20 tiles in the 33 clusters of four 132 SMs hold
     source = render(v)
-    assert "constexpr int KCLUSTER = 4, CLUSTER_SIZE = CLUSTER * KCLUSTER;" in source
+    assert "constexpr int KCLUSTER = 4, CLUSTER_SIZE = CLUSTER * KCLUSTER, STREAM_K = 0;" in source
     assert "cluster_split_k_sum<KCLUSTER, CONSUMER_THREADS>" in source and "mapa.u64" in source
     assert compile_variant(v, "sm_90a").resources.local == 0
     bad = Variant(name="unchecked", family=WGMMA, dtype="float16", acc="float32", params={**v.params, "TMA_STORE": 1})
     with pytest.raises(CompileError, match="KCLUSTER > 1 needs CLUSTER = 1"):
+        compile_variant(bad, "sm_90a")
+
+
+def test_stream_k_shares_the_last_wave_along_k():
+    """STREAM_K: a block per SM (no more than K blocks), splits = the most blocks sharing a tile, and the
+    workspace holds counters and partials for the shared tiles only (those after the whole waves)."""
+    from cupy_gemm import launch, stream_k
+    v = catalogue()["hgemm_wgmma_m64n256k16_stages4_ws2_streamk"]
+    assert WGMMA.stream_k(v.params) and WGMMA.takes_split_k_args(v.params)
+    cfg = launch.launch_config(v, 512, 10240, 8192, 132)  # 160 tiles of 128 K blocks: all shared
+    assert (cfg.tiles, cfg.grid, cfg.splits, cfg.split_tiles) == (160, (132, 1, 1), 2, 160)
+    assert cfg.workspace == launch.split_k_workspace(160, 2, 128 * 256)
+    cfg = launch.launch_config(v, 4096, 8192, 4096, 132)  # 1024 tiles: 792 whole (6 waves), 232 shared
+    assert (cfg.grid, cfg.split_tiles, cfg.splits) == ((132, 1, 1), 232, stream_k.most_splits(1024, 64, 132))
+    assert launch.launch_config(v, 1, 1, 1, 132).grid == (1, 1, 1)  # one K block: one block
+    source = render(v)
+    assert "STREAM_K = 1;" in source and "stream_k_unit(sk, unit)" in source
+    assert compile_variant(v, "sm_90a").resources.local == 0
+    bad = Variant(name="unchecked", family=WGMMA, dtype="float16", acc="float32", params={**v.params, "SPLIT_K": 2})
+    with pytest.raises(CompileError, match="STREAM_K needs SPLIT_K = 0"):
         compile_variant(bad, "sm_90a")
 
 

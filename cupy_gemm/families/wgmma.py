@@ -45,6 +45,9 @@ Split-K (`split_k`, the last two arguments): the persistent blocks walk tiles ×
 K slice of one C tile; the consumer warpgroups keep to templates/common/split_k.cuh's protocol. SPLIT_K = 1
 (the family's default, what every entry without it gets) compiles the split-K steps out; SPLIT_K = 0
 lets the launcher choose per shape, which small-M and skinny problems need to fill the GPU.
+STREAM_K = 1 (with SPLIT_K = 0) walks stream-K's units instead (templates/common/stream_k.cuh): whole tiles
+for every wave but the last, whose tiles' K blocks every block then shares equally, so a last wave of a
+few tiles no longer idles most SMs; `splits` is then the most blocks any tile has (cupy_gemm/stream_k.py).
 """
 from __future__ import annotations
 
@@ -112,6 +115,15 @@ def _rule_kcluster(p, dtype, acc):
         if value != want:
             yield ConfigError(name, value, f"{want} with KCLUSTER = {p['KCLUSTER']} (a cluster's blocks share one "
                               "tile along K and each stores its share of it from registers)")
+
+
+def _rule_stream_k(p, dtype, acc):
+    if not p["STREAM_K"]:
+        return
+    for name, want in (("SPLIT_K", 0), ("CLUSTER", 1), ("KCLUSTER", 1), ("PINGPONG", 0)):
+        if p[name] != want:
+            yield ConfigError(name, p[name], f"{want} with STREAM_K = 1 (the blocks sharing a tile sum it "
+                              "through the split-K workspace; each block walks its own units)")
 
 
 def _rule_cluster(p, dtype, acc):
@@ -221,6 +233,8 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
               "fills (templates/common/cluster.cuh)", choices=(1, 2)),
         Param("KCLUSTER", 1, "blocks per cluster that share one tile along K, their fp32 partials summed "
               "through distributed shared memory (templates/common/cluster_split_k.cuh); 1 = off", lo=1, hi=8),
+        flag("STREAM_K", "stream-K: every block an equal share of the last wave's K blocks, summed as split-K "
+             "sums (templates/common/stream_k.cuh); needs SPLIT_K = 0", 0),
     )
 
 
@@ -240,9 +254,10 @@ _COMMON = dict(
     template="wgmma.cu.j2",
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // CUDA_TYPES[dtype][1],
-    rules=(_rule_tiles, _registers_rule(192), _rule_cluster, _rule_kcluster),
+    rules=(_rule_tiles, _registers_rule(192), _rule_cluster, _rule_kcluster, _rule_stream_k),
     cluster=lambda p: p["CLUSTER"] * p["KCLUSTER"],
     cluster_splits_k=lambda p: p["KCLUSTER"] > 1,
+    stream_k=lambda p: p["STREAM_K"] == 1,
     abi="tma",
     make_args=make_args,
     split_k=True,
@@ -275,7 +290,7 @@ WGMMA_TF32_ROWB = Family(
         "memory; as `wgmma_tf32` otherwise",
     params=_params((32, 64), 32),
     dtypes={"float32": ("tf32",)},
-    **{**_COMMON, "smem_bytes": smem_bytes_rowb, "rules": (_rule_tiles, _registers_rule(168), _no_cluster)},
+    **{**_COMMON, "smem_bytes": smem_bytes_rowb, "rules": (_rule_tiles, _registers_rule(168), _no_cluster, _rule_stream_k)},
 )
 
 WGMMA_KMAJOR = Family(
@@ -286,7 +301,7 @@ WGMMA_KMAJOR = Family(
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
     b_layout="col",
     **{**_COMMON, "rules": (_rule_tiles, _registers_rule(192), _rule_cluster_kmajor,
-                                                _rule_kcluster)},
+                                                _rule_kcluster, _rule_stream_k)},
 )
 
 FAMILIES = (WGMMA, WGMMA_TF32, WGMMA_TF32_ROWB, WGMMA_KMAJOR)

@@ -6,6 +6,13 @@
 // Every split stores its partial, then arrives on the tile's counter; the split that arrives last adds
 // the partials in split order 0, 1, ... (its own from registers) — so the result is bitwise the same
 // whichever block finishes last — and runs the epilogue once. Partial sums stay fp32 whatever T_IN is.
+
+// One work unit of a persistent kernel: K blocks of one C tile, as one of the splits that share the tile
+struct WorkUnit {
+    int tile, kb_begin, kb_count;  // the C tile, and the K blocks [kb_begin, kb_begin + kb_count) of it
+    int split, splits;             // this block's place among the blocks sharing the tile, and their number
+};
+
 __device__ __forceinline__ int split_k_blocks(int k_blocks, int splits, int split, int& kb_begin) {
     // K blocks split as evenly as possible: the first (k_blocks % splits) splits take one more
     const int base = k_blocks / splits, extra = k_blocks % splits;

@@ -25,7 +25,7 @@ SHAPES = [(1, 1, 1), (17, 17, 17), (127, 127, 127), (1000, 1000, 1000), (512, 57
           (129, 1000, 33), (70, 260, 3), (300, 4095, 2500)]
 
 
-def _operands(v, m, n, k, seed, order="C"):
+def operands(v, m, n, k, seed, order="C"):
     # a column-major B for the K-major family, which reads it in place (it would copy a row-major one)
     b_order = "F" if v.family.b_layout == "col" else order
     return (verify.random_operand((m, k), v.dtype, seed, order), verify.random_operand((k, n), v.dtype, seed + 1, b_order))
@@ -35,7 +35,7 @@ def _operands(v, m, n, k, seed, order="C"):
 @pytest.mark.parametrize("name", NEW)
 def test_entries(name, m, n, k):
     v = _variant(name)
-    _check(v, *_operands(v, m, n, k, seed=m + 3 * n + 7 * k))
+    _check(v, *operands(v, m, n, k, seed=m + 3 * n + 7 * k))
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -54,7 +54,7 @@ def test_fortran_order(name):
 def test_bitwise_repeatable(name):
     """Every block sums its share in rank order, whichever block finishes its slice first."""
     v = _variant(name)
-    a, b = _operands(v, 256, 1024, 8192, seed=41)
+    a, b = operands(v, 256, 1024, 8192, seed=41)
     first = _check(v, a, b)
     for _ in range(5):
         again = cupy_gemm.matmul(a, b, variant=v)
@@ -64,7 +64,11 @@ def test_bitwise_repeatable(name):
 @pytest.mark.parametrize("name", [n for n in NEW if "kmajor" not in n])
 def test_batch_and_epilogue(name):
     """A batch walks every member's tiles cluster by cluster; a fused epilogue runs on the summed tile."""
-    v = _variant(name)
+    check_batch_and_epilogue(_variant(name))
+
+
+def check_batch_and_epilogue(v):
+    name = v.name
     a = verify.random_operand((3, 70, 1000), v.dtype, 51)
     b = verify.random_operand((3, 1000, 136), v.dtype, 52)
     out = cupy.full((3, 70, 136), cupy.nan, v.dtype)
