@@ -8,6 +8,9 @@ This is the only module that knows their format:
     device = "NVIDIA H100 80GB HBM3"
     cupy = "14.2.0"
     nvrtc = "13.0"
+    earlier = [                      # optional: the commands of the runs before it, newest first
+        "cupy-gemm bench --shapes llm-small --dtype tf32 ...",
+    ]
 
     [gpu]                            # the GPU it serves: the name CUDA reports, and its compute capability
     name = "NVIDIA H100 80GB HBM3"
@@ -152,9 +155,26 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
     return {"generated": generated, "gpu": gpu, "entries": [best[s] for s in sorted(best)]}
 
 
+def merged(new: dict, old: dict) -> dict:
+    """`new` (a table just measured) over `old` (the shipped one): old's entries that new did not re-time
+    (other shapes, dtypes, B layout) stay, and old's command heads new's `earlier`, one command a line,
+    newest first, each once (tables from before the list kept them in one string joined by " | ")."""
+    def key(e):
+        return e["b_layout"], e["dtype"], e["layout"], e["m"], e["n"], e["k"]
+    timed = {key(e) for e in new["entries"]}
+    entries = new["entries"] + [e for e in old["entries"] if key(e) not in timed]
+    entries.sort(key=lambda e: (e["b_layout"] != "row", e["dtype"], e["layout"], e["m"], e["n"], e["k"]))
+    past = old["generated"].get("earlier", [])
+    past = past.split(" | ") if isinstance(past, str) else list(past)
+    earlier = list(dict.fromkeys(c for c in [old["generated"].get("command", ""), *past] if c))
+    return {**new, "generated": {**new["generated"], "earlier": earlier}, "entries": entries}
+
+
 def format_table(table: dict) -> str:
     """The TOML text of a table (what kernels/dispatch/table-<gpu>.toml holds)."""
     def value(v):
+        if isinstance(v, list):  # earlier: one string a line
+            return "[\n" + "".join(f"    {_quote(str(x))},\n" for x in v) + "]"
         return repr(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _quote(str(v))
     lines = ["[generated]", *(f"{k} = {value(v)}" for k, v in table["generated"].items()), "",
              "[gpu]", *(f"{k} = {value(v)}" for k, v in table["gpu"].items())]

@@ -362,6 +362,25 @@ def test_table_from_results_round_trips(monkeypatch):
     assert from_records["gpu"] == {"name": "NVIDIA H200", "cc": 90}
 
 
+def test_a_refined_table_keeps_what_it_did_not_retime_and_lists_its_history():
+    """merged: the new run's entries replace the shipped ones at the same (B layout, dtype, shape), the rest
+    stay; the shipped table's command heads `earlier`, one command a line, newest first, each once (an
+    `earlier` joined by " | " in one string, as tables once kept it, is read as such a list)."""
+    wg, mma = "hgemm_wgmma_m64n256k16_stages4_ws2", "hgemm_mma_m16n8k16_mma2x2_warp2x4x2_stages3_unaligned_acc32_splitk"
+    def made(command, rows):
+        records = [{"dtype": "float16", "m": m, "n": 4096, "k": 4096, "variant": v, "median_ms": 0.1} for m, v in rows]
+        return selection_tables.parse_table(dispatch.format_table(dispatch.table_from_results(
+            records, gpu_name=H100.name, cc=90, command=command, cupy_version="14.2.0", nvrtc_version="13.0")))
+    shipped = made("run 2", [(16, wg), (64, wg)])
+    shipped["generated"]["earlier"] = "run 1 | run 0 | run 1"
+    table = selection_tables.merged(made("run 3", [(64, mma)]), shipped)
+    assert [(e["m"], e["variant"]) for e in table["entries"]] == [(16, wg), (64, mma)]
+    text = dispatch.format_table(table)
+    assert 'earlier = [\n    "run 2",\n    "run 1",\n    "run 0",\n]\n' in text
+    again = selection_tables.merged(made("run 4", []), selection_tables.parse_table(text))
+    assert again["generated"]["earlier"] == ["run 3", "run 2", "run 1", "run 0"]
+    assert [(e["m"], e["variant"]) for e in again["entries"]] == [(16, wg), (64, mma)]
+
 def test_column_major_entries_answer_x_at_w_t(monkeypatch):
     """Entries timed with B column-major (--b-layout col) answer calls whose B lies so, before the row-major
     ones; their choice stands even where it copies B (the copy was timed), and a row-major B never sees them."""
