@@ -20,7 +20,7 @@ def _runnable():
     return [n for n, v in registry.catalogue().items()
             if v.family.split_k and v.params["SPLIT_K"] != 1 and v.runs_on(cc)
             and v.family.max_rows is None  # the skinny families serve few rows: test_skinny_gpu.py
-            and not v.family.stream_k(v.params)]  # its own partition, no forced splits: test_stream_k_gpu.py
+            and not v.family.stream_k(v.params)]  # its own partition, no forced splits: test_shared_tile_gpu.py
 
 
 NEW = _runnable()
@@ -129,7 +129,12 @@ def test_bitwise_repeatable(name, splits):
     first = _check(v, a, b)
     other = _variant(name, 2)
     _check(other, *_operands(other, 100, 300, 2000, seed=43))
-    for _ in range(3):
+    assert_repeats(v, a, b, first)
+
+
+def assert_repeats(v, a, b, first, times=3):
+    """The product of a and b by v, `times` more, gives first's bytes each time."""
+    for _ in range(times):
         again = cupy_gemm.matmul(a, b, variant=v)
         assert bool((again.view(cupy.uint8) == first.view(cupy.uint8)).all()), f"{v.name}: results differ"
 
