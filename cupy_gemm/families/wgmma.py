@@ -290,7 +290,8 @@ WGMMA_TF32_ROWB = Family(
         "memory; as `wgmma_tf32` otherwise",
     params=_params((32, 64), 32),
     dtypes={"float32": ("tf32",)},
-    **{**_COMMON, "smem_bytes": smem_bytes_rowb, "rules": (_rule_tiles, _registers_rule(168), _no_cluster, _rule_stream_k)},
+    **{**_COMMON, "smem_bytes": smem_bytes_rowb,
+       "rules": (_rule_tiles, _registers_rule(168), _no_cluster, _rule_stream_k)},
 )
 
 WGMMA_KMAJOR = Family(
