@@ -10,7 +10,9 @@ from cupy_gemm.render import render
 
 CATALOGUE = registry.catalogue()
 SPLIT_FAMILIES = ("wgmma", "wgmma_tf32", "sgemm_simt", "mma")
-NEW = [n for n, v in CATALOGUE.items() if v.family.name in SPLIT_FAMILIES and v.params["SPLIT_K"] != 1]
+# stream-K entries (SPLIT_K = 0 too) take their splits from their partition: tests/test_family_wgmma.py
+NEW = [n for n, v in CATALOGUE.items() if v.family.name in SPLIT_FAMILIES and v.params["SPLIT_K"] != 1
+       and not v.family.stream_k(v.params)]
 OLD = [n for n, v in CATALOGUE.items() if v.family.name in SPLIT_FAMILIES and v.params["SPLIT_K"] == 1]
 SMS = 132
 
