@@ -65,8 +65,8 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
         grid = (min(cluster_tiles * splits, fam.persistent * slots) * cluster, 1, 1)
     elif fam.stream_k(p):  # the grid the stream-K partition (and so k_splits' count) was worked out for
         k_blocks = max(1, -(-k // p["BK"]))
-        grid = (stream_k.blocks(tiles, k_blocks, fam.persistent * (sm_count or 1)), 1, 1)
-        split_tiles = stream_k.shared_tiles(tiles, k_blocks, grid[0])
+        grid = (stream_k.blocks(tiles, k_blocks, fam.persistent * (sm_count or 1), fam.stream_k(p)), 1, 1)
+        split_tiles = stream_k.shared_tiles(tiles, k_blocks, grid[0], fam.stream_k(p))
     elif fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
     elif cluster > 1:  # clusters run along x: a whole number of them (the kernel masks the columns past N)

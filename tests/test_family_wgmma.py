@@ -52,7 +52,8 @@ def test_catalogue_has_fp16_and_bf16_defaults():
     ({"STREAM_K": 1}, "SPLIT_K"),                                  # stream-K sums through split-K's steps
     ({"STREAM_K": 1, "SPLIT_K": 0, "CLUSTER": 2}, "CLUSTER"),
     ({"STREAM_K": 1, "SPLIT_K": 0, "BN": 128, "PINGPONG": 1}, "PINGPONG"),
-    ({"STREAM_K": 2, "SPLIT_K": 0}, "STREAM_K"),
+    ({"STREAM_K": 2}, "SPLIT_K"),
+    ({"STREAM_K": 3, "SPLIT_K": 0}, "STREAM_K"),
 ])
 def test_rules_name_the_parameter(params, param):
     with pytest.raises(ConfigError) as e:
@@ -144,11 +145,29 @@ def test_stream_k_shares_the_last_wave_along_k():
     assert (cfg.tiles, cfg.grid, cfg.splits, cfg.split_tiles) == (160, (132, 1, 1), 2, 160)
     assert cfg.workspace == launch.split_k_workspace(160, 2, 128 * 256)
     cfg = launch.launch_config(v, 4096, 8192, 4096, 132)  # 1024 tiles: 792 whole (6 waves), 232 shared
-    assert (cfg.grid, cfg.split_tiles, cfg.splits) == ((132, 1, 1), 232, stream_k.most_splits(1024, 64, 132))
+    assert (cfg.grid, cfg.split_tiles, cfg.splits) == ((132, 1, 1), 232, stream_k.most_splits(1024, 64, 132, 1))
     assert launch.launch_config(v, 1, 1, 1, 132).grid == (1, 1, 1)  # one K block: one block
     source = render(v)
     assert "STREAM_K = 1;" in source and "stream_k_unit(sk, unit)" in source
     _compiles_and_asserts_its_rule(v, {"SPLIT_K": 2}, "STREAM_K needs SPLIT_K = 0")
+
+
+def test_the_last_wave_split_keeps_whole_waves_and_splits_the_rest():
+    """STREAM_K = 2: the whole waves are no one's to share; each tile of the last one is cut into
+    min(P / R, 8) shares, which is `splits`, and only those tiles have workspace."""
+    from cupy_gemm import launch
+    v = catalogue()["hgemm_wgmma_m64n256k16_stages4_ws2_tailsplit"]
+    assert WGMMA.stream_k(v.params) == 2 and v.params["BLOCK_SWIZZLE"] == 2048
+    cfg = launch.launch_config(v, 512, 10240, 8192, 132)  # 160 tiles: 132 whole, 28 in 4 shares
+    assert (cfg.tiles, cfg.grid, cfg.splits, cfg.split_tiles) == (160, (132, 1, 1), 4, 28)
+    assert cfg.workspace == launch.split_k_workspace(28, 4, 128 * 256)
+    cfg = launch.launch_config(v, 896, 4864, 1024, 132)  # 133 tiles: the last alone, in 8 shares of 2 K blocks
+    assert (cfg.splits, cfg.split_tiles) == (8, 1)
+    cfg = launch.launch_config(v, 4096, 8448, 4096, 132)  # 1056 tiles, 8 whole waves: nothing shared
+    assert (cfg.splits, cfg.split_tiles, cfg.workspace) == (1, 0, launch.split_k_workspace(0, 1, 128 * 256))
+    source = render(v)
+    assert "STREAM_K = 2;" in source and "stream_k_plan<STREAM_K>" in source
+    _compiles_and_asserts_its_rule(v, {"STREAM_K": 3}, "STREAM_K is 0")
 
 
 def _compiles_and_asserts_its_rule(v, breaking, message):

@@ -124,10 +124,10 @@ class Family:
                 a whole number of clusters, at most as many as the GPU runs at once (driver.max_active_clusters).
     cluster_splits_k  params -> whether a cluster's CTAs share one C tile along K (each a K slice, summed
                 on chip) rather than take vertically adjacent tiles.
-    stream_k    params -> whether a persistent split-K kernel walks stream-K's units
-                (templates/common/stream_k.cuh): whole tiles for every wave but the last, then an equal
-                share of the last tiles' K blocks per block; the launcher sizes the grid and the workspace
-                by cupy_gemm/stream_k.py, which mirrors that partition.
+    stream_k    params -> the stream-K partition a persistent split-K kernel walks (0: none; 1, 2: the
+                modes of templates/common/stream_k.cuh, whole tiles first, then shares of the rest's K
+                blocks); the launcher sizes the grid and the workspace by cupy_gemm/stream_k.py, which
+                mirrors those partitions.
     pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
                 memory, so the launcher may start it while the previous kernel on the stream still runs
                 (programmatic dependent launch, sm_90 and later: cupy_gemm/driver.py).
@@ -164,7 +164,7 @@ class Family:
     pdl: bool = False
     cluster: Callable[[Mapping[str, int]], int] = lambda p: 1
     cluster_splits_k: Callable[[Mapping[str, int]], bool] = lambda p: False
-    stream_k: Callable[[Mapping[str, int]], bool] = lambda p: False
+    stream_k: Callable[[Mapping[str, int]], int] = lambda p: 0
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -45,9 +45,10 @@ Split-K (`split_k`, the last two arguments): the persistent blocks walk tiles ×
 K slice of one C tile; the consumer warpgroups keep to templates/common/split_k.cuh's protocol. SPLIT_K = 1
 (the family's default, what every entry without it gets) compiles the split-K steps out; SPLIT_K = 0
 lets the launcher choose per shape, which small-M and skinny problems need to fill the GPU.
-STREAM_K = 1 (with SPLIT_K = 0) walks stream-K's units instead (templates/common/stream_k.cuh): whole tiles
-for every wave but the last, whose tiles' K blocks every block then shares equally, so a last wave of a
-few tiles no longer idles most SMs; `splits` is then the most blocks any tile has (cupy_gemm/stream_k.py).
+STREAM_K = 1 or 2 (with SPLIT_K = 0) walks stream-K's units instead (templates/common/stream_k.cuh): whole
+tiles first, then shares of the rest's K blocks (1: the last one to two waves' in equal shares over every
+block; 2: each tile of the last wave cut into equal shares), so a last wave of a few tiles no longer idles
+most SMs; `splits` is then the most blocks any tile has (cupy_gemm/stream_k.py).
 """
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def _rule_stream_k(p, dtype, acc):
         return
     for name, want in (("SPLIT_K", 0), ("CLUSTER", 1), ("KCLUSTER", 1), ("PINGPONG", 0)):
         if p[name] != want:
-            yield ConfigError(name, p[name], f"{want} with STREAM_K = 1 (the blocks sharing a tile sum it "
+            yield ConfigError(name, p[name], f"{want} with STREAM_K = {p['STREAM_K']} (the blocks sharing a tile sum it "
                               "through the split-K workspace; each block walks its own units)")
 
 
@@ -233,8 +234,9 @@ def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
               "fills (templates/common/cluster.cuh)", choices=(1, 2)),
         Param("KCLUSTER", 1, "blocks per cluster that share one tile along K, their fp32 partials summed "
               "through distributed shared memory (templates/common/cluster_split_k.cuh); 1 = off", lo=1, hi=8),
-        flag("STREAM_K", "stream-K: every block an equal share of the last wave's K blocks, summed as split-K "
-             "sums (templates/common/stream_k.cuh); needs SPLIT_K = 0", 0),
+        Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh), the shared tiles summed as split-K sums "
+              "them; needs SPLIT_K = 0. 1: every block an equal share of the last one to two waves' K blocks; "
+              "2: whole waves, then each tile of the last one cut into equal shares along K", choices=(0, 1, 2)),
     )
 
 
@@ -257,7 +259,7 @@ _COMMON = dict(
     rules=(_rule_tiles, _registers_rule(192), _rule_cluster, _rule_kcluster, _rule_stream_k),
     cluster=lambda p: p["CLUSTER"] * p["KCLUSTER"],
     cluster_splits_k=lambda p: p["KCLUSTER"] > 1,
-    stream_k=lambda p: p["STREAM_K"] == 1,
+    stream_k=lambda p: p["STREAM_K"],
     abi="tma",
     make_args=make_args,
     split_k=True,

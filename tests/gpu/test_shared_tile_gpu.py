@@ -2,10 +2,11 @@
 - split-K inside a cluster (the `_clusterk` entries): a cluster's blocks share one tile along K and sum
   their partials through distributed shared memory; K slices are left empty where K is shorter than the
   cluster;
-- stream-K (the `_streamk` entries): whole tiles for every wave but the last, then the last tiles' K blocks
-  shared equally by every block, the blocks sharing a tile summing their partials as split-K does; the
-  shapes give partitions that differ (one tile split many ways, a last wave between one and two waves of
-  tiles, whole waves before the shared ones, K blocks of one).
+- stream-K: whole tiles first, then shares of the rest's K blocks, the blocks sharing a tile summing their
+  partials as split-K does; classic (the `_streamk` entries: the last one to two waves' K blocks shared
+  equally by every block) and the last wave split (`_tailsplit`: each tile of the last wave in up to 8
+  equal shares). The shapes give partitions that differ (one tile split many ways, a last wave between one
+  and two waves of tiles, whole waves before the shared ones, a last wave of one tile, K blocks of one).
 Every entry against float64 references on ragged, tall and skinny shapes, beta != 0, Fortran order, batches,
 a fused epilogue, NaN-poisoned outputs, and bitwise repeatable results."""
 import cupy
@@ -33,10 +34,12 @@ CLUSTER_SHAPES = [(1, 1, 1), (17, 17, 17), (127, 127, 127), (1000, 1000, 1000), 
                   (129, 1000, 33), (70, 260, 3), (300, 4095, 2500)]
 # with 128×256 tiles on 132 SMs: 1000³ 32 tiles of 16 K blocks (each shared by ~5 blocks); 512×10240×8192
 # 160 tiles (between one and two waves: all shared); 4095³ 512 tiles (264 whole, 248 shared);
-# 4096×4096×64 the same tiles of one K block each; 129×1000×33 one K block, fewer blocks than SMs
+# 4096×4096×64 the same tiles of one K block each; 129×1000×33 one K block, fewer blocks than SMs. Split
+# last waves: 512×10240×8192 one whole wave, then 28 tiles in 4 shares; 896×4864×1024 (133 tiles) one
+# whole wave, then one tile in 8 shares of 2 K blocks (182 tiles of 128×192: 50 tiles in 2 shares)
 STREAM_K_SHAPES = [(1, 1, 1), (17, 17, 17), (127, 127, 127), (1000, 1000, 1000), (512, 10240, 8192),
                    (4095, 4095, 4095), (2000, 3000, 1000), (4096, 4096, 64), (16, 4096, 4096), (129, 1000, 33),
-                   (70, 260, 3)]
+                   (70, 260, 3), (896, 4864, 1024)]
 CASES = [(n, s) for n in CLUSTER for s in CLUSTER_SHAPES] + [(n, s) for n in STREAM_K for s in STREAM_K_SHAPES]
 
 
