@@ -32,7 +32,8 @@ def test_catalogue_has_fp16_and_bf16_defaults():
     ({"BM": 64, "CONSUMERS": 2}, "BM"),                         # a consumer would get 32 rows
     ({"BM": 96, "CONSUMERS": 1, "BN": 128}, "BM"),
     ({"BN": 96}, "BN"),                                         # B boxes are 64 columns wide
-    ({"BN": 320}, "BN"),                                        # above wgmma's N
+    ({"BN": 448}, "BN"),                                        # above two wgmma's N (256 + 128)
+    ({"BN": 320}, "smem"),                                      # 4 × 56 KB: 128×320 takes 3 stages
     ({"BK": 32}, "BK"),                                         # shorter than a 128-byte swizzle row
     ({"BM": 256, "CONSUMERS": 1, "BN": 256, "STAGES": 2}, "BN"),  # 512 accumulators per thread
     ({"CONSUMERS": 3}, "CONSUMERS"),
@@ -79,7 +80,9 @@ def test_renders_the_intended_instructions(name):
     v = catalogue()[name]
     src = render(v)
     ab = "f16" if v.dtype == "float16" else "bf16"
-    assert f"wgmma.mma_async.sync.aligned.m64n{v.params['BN']}k16.f32.{ab}.{ab}" in src
+    bn = v.params["BN"]  # wider than 256: two instructions, the second on the columns past 256
+    for n in ([bn] if bn <= 256 else [256, bn - 256]):
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}" in src
     # scale-d from a predicate, A K-major, B transposed (N-major): the transpose bit is TRANS_B, 1 by default
     assert "p, 1, 1, 0, %" in src and "template <int TRANS_B = 1>" in src and "wgmma_async<0>" not in src
     assert "cp.async.bulk.tensor.2d" in src and "__grid_constant__" in src
@@ -152,6 +155,24 @@ def test_stream_k_shares_the_last_wave_along_k():
     _compiles_and_asserts_its_rule(v, {"SPLIT_K": 2}, "STREAM_K needs SPLIT_K = 0")
 
 
+@pytest.mark.parametrize("name", ["hgemm_wgmma_m64n256k16_tile128x320_stages3_ws2",
+                                  "hgemm_wgmma_kmajor_m64n256k16_tile128x320_stages3_ws2"])
+def test_tiles_wider_than_one_wgmma_issue_two_per_step(name):
+    """BN = 320: m64n256k16 on columns 0..255 and m64n64k16 on the rest, B's descriptor moved to column 256
+    (an N-major B's fifth box, a K-major B's row 256 of n); a K-major B's 320 rows of n land in two copies
+    of 160 (at most 256 a copy, each of the map's box size); no clusters, whose B shares assume one
+    instruction."""
+    v = catalogue()[name]
+    source = render(v)
+    assert "wgmma.mma_async.sync.aligned.m64n256k16" in source and "wgmma.mma_async.sync.aligned.m64n64k16" in source
+    assert "wgmma_async_lo<B_KMAJOR ? 0 : 1>" in source and "wgmma_async_hi<B_KMAJOR ? 0 : 1>" in source
+    assert "constexpr int B_COPY_ROWS = BN > 256 ? BN / 2 : BN;" in source
+    with pytest.raises(ConfigError) as e:
+        make_variant(v.family, "bad", "float16", {**v.params, "CLUSTER": 2})
+    assert e.value.param == "CLUSTER"
+    _compiles_and_asserts_its_rule(v, {"CLUSTER": 2}, "BN > 256")
+
+
 def test_the_last_wave_split_keeps_whole_waves_and_splits_the_rest():
     """STREAM_K = 2: the whole waves are no one's to share; each tile of the last one is cut into
     min(P / R, 8) shares, which is `splits`, and only those tiles have workspace."""
@@ -174,7 +195,7 @@ def _compiles_and_asserts_its_rule(v, breaking, message):
     """v compiles for sm_90a without spilling; with `breaking` (parameters its rule refuses, past the Python
     rules) NVRTC stops at the static_assert that mirrors the rule."""
     assert compile_variant(v, "sm_90a").resources.local == 0
-    bad = Variant(name="unchecked", family=WGMMA, dtype="float16", acc="float32", params={**v.params, **breaking})
+    bad = Variant(name="unchecked", family=v.family, dtype="float16", acc="float32", params={**v.params, **breaking})
     with pytest.raises(CompileError, match=message):
         compile_variant(bad, "sm_90a")
 

@@ -130,6 +130,8 @@ def _rule_stream_k(p, dtype, acc):
 def _rule_cluster(p, dtype, acc):
     if p["CLUSTER"] == 1:
         return
+    if p["BN"] > 256:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
     if p["SPLIT_K"] != 1 or p["PINGPONG"]:
         yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
                           "same tiles in step)")
@@ -146,6 +148,8 @@ def _rule_cluster_kmajor(p, dtype, acc):
     if p["CLUSTER"] != 1 and (p["SPLIT_K"] != 1 or p["PINGPONG"]):
         yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
                           "same tiles in step)")
+    elif p["CLUSTER"] != 1 and p["BN"] > 256:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
 
 
 def _no_cluster(p, dtype, acc):
@@ -174,8 +178,11 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     out = variant.out_dtype or dtype
     row, size, c_row, c_size = _elems_per_row(dtype), CUDA_TYPES[dtype][1], _elems_per_row(out), CUDA_TYPES[out][1]
     operand = "tfloat32" if variant.acc == "tf32" else dtype  # TMA rounds fp32 operands to tf32 (nearest even)
-    # K-major B: a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters)
-    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, p["BK"], p["BN"] // p.get("CLUSTER", 1))
+    # K-major B: a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters);
+    # a tile wider than 256 rows of n (the most one copy moves) takes them in two copies (B_COPY_ROWS)
+    b_share = p["BN"] // p.get("CLUSTER", 1)
+    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, p["BK"],
+                                         b_share // 2 if b_share > 256 else b_share)
     maps = ((A, operand, m, k, lda, p["BM"], row, size), (B, operand, b_rows, b_cols, ldb, b_box, row, size),
             (C, out, m, n, ldc, C_BOX_ROWS, c_row, c_size))
     if batch is None:
@@ -217,12 +224,15 @@ def batch_fits(plan, dtype: str, out_dtype: str | None = None) -> bool:
     return plan.fits
 
 
-def _params(bk_choices: tuple[int, ...], bk_default: int) -> tuple[Param, ...]:
+def _params(bk_choices: tuple[int, ...], bk_default: int, bn_most: int = 256) -> tuple[Param, ...]:
+    """bn_most: the widest tile, 256 (one wgmma's N) unless two instructions share a k step (16-bit
+    inputs: the `wgmma` and `wgmma_kmajor` families)."""
     return (
         Param("BM", 128, "rows of C per block, split over the consumer warpgroups", lo=64, hi=256),
-        Param("BN", 256, "columns of C per block: the wgmma N", lo=64, hi=256),
+        Param("BN", 256, "columns of C per block: the wgmma N (above 256: two wgmma per k step, 256 columns "
+              "and the rest)", lo=64, hi=bn_most),
         Param("BK", bk_default, "depth of one pipeline stage", choices=bk_choices),
-        Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=8),
+        Param("STAGES", 4, "shared-memory pipeline stages", lo=2, hi=16),
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
         flag("TMA_STORE", "epilogue through shared memory and TMA stores (beta = 0; else direct stores)", 1),
         block_swizzle_param(2048),
@@ -272,7 +282,7 @@ _COMMON = dict(
 WGMMA = Family(
     name="wgmma",
     doc="Hopper: TMA ring of STAGES stages, one producer and CONSUMERS wgmma warpgroups, persistent",
-    params=_params((64, 128), 64),
+    params=_params((64, 128), 64, bn_most=384),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
     **_COMMON,
 )
@@ -300,7 +310,7 @@ WGMMA_KMAJOR = Family(
     name="wgmma_kmajor",
     doc="Hopper 16-bit with B column-major (x @ W.T, W stored N×K) read in place, K-major as wgmma prefers "
         "it (no transpose bit); as `wgmma` otherwise",
-    params=_params((64, 128), 64),
+    params=_params((64, 128), 64, bn_most=384),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
     b_layout="col",
     **{**_COMMON, "rules": (_rule_tiles, _registers_rule(192), _rule_cluster_kmajor,

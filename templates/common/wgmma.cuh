@@ -60,21 +60,32 @@ constexpr int WGMMA_K = {{ WK }};
 // register i of thread t of the warpgroup holds row 16*(t/32) + (t%32)/4 + 8*((i/2)%2), column
 // 8*(i/4) + 2*(t%4) + i%2.
 {% endif %}
+{% macro wgmma_function(name, n) %}
 template <int TRANS_B = 1>
-__device__ __forceinline__ void wgmma_async(float (&d)[{{ NACC }}], unsigned long long desc_a,
+__device__ __forceinline__ void {{ name }}(float (&d)[{{ n // 2 }}], unsigned long long desc_a,
                                             unsigned long long desc_b, int accumulate) {
     asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %{{ NACC + 2 }}, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n{{ BN }}k{{ WK }}.f32.{{ AB }}.{{ AB }}\n {"
-{{ acc_registers(NACC) | trim("\n") }}
+        "{\n .reg .pred p;\n setp.ne.b32 p, %{{ n // 2 + 2 }}, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n{{ n }}k{{ WK }}.f32.{{ AB }}.{{ AB }}\n {"
+{{ acc_registers(n // 2) | trim("\n") }}
 {% if DTYPE == "float32" %}
-        "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1;\n}\n"
+        "},\n %{{ n // 2 }}, %{{ n // 2 + 1 }}, p, 1, 1;\n}\n"
 {% else %}
-        "},\n %{{ NACC }}, %{{ NACC + 1 }}, p, 1, 1, 0, %{{ NACC + 3 }};\n}\n"
+        "},\n %{{ n // 2 }}, %{{ n // 2 + 1 }}, p, 1, 1, 0, %{{ n // 2 + 3 }};\n}\n"
 {% endif %}
-{{ acc_constraints(NACC) | trim("\n") }}
+{{ acc_constraints(n // 2) | trim("\n") }}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
 }
+{% endmacro %}
+{% if BN <= 256 %}
+{{ wgmma_function("wgmma_async", BN) | trim("\n") }}
+{% else %}
+// BN > 256 is wider than one instruction (N <= 256): the caller issues wgmma_async_lo on columns 0..255 and
+// wgmma_async_hi on the rest, B's descriptor advanced to column 256, into the two parts of one fragment
+// (whose layout is the same as one instruction's over the whole width: columns in groups of 8)
+{{ wgmma_function("wgmma_async_lo", 256) }}
+{{ wgmma_function("wgmma_async_hi", BN - 256) }}
+{% endif %}
 
 // Epilogue for one thread's pair of adjacent columns of C (T_OUT): C = alpha * acc + beta * C, with C
 // read only when beta != 0. The pair is one 4-byte (16-bit) or 8-byte (fp32) access: the API pads N and
