@@ -1,10 +1,10 @@
 // ---- wgmma (sm_90a): warpgroup matrix multiply-accumulate from shared-memory descriptors ------------
 {% from "common/wgmma_asm.cuh" import acc_registers, acc_constraints %}
-// Needs BN (the instruction's N) and DTYPE in the render context: the instruction's operand list has
-// BN / 2 accumulator registers, written out below, since inline PTX cannot take a register array.
+// Needs BN (the instruction's N; above 256, two instructions: below) and DTYPE in the render context: the
+// instruction's operand list has N / 2 accumulator registers, written out, since inline PTX cannot take a
+// register array.
 // 16-bit inputs (f16, bf16) run m64nBNk16 with A K-major and B N-major (the transpose bit); float32
 // inputs run m64nBNk8 as tf32, which has no transpose bit: both operands K-major.
-{% set NACC = BN // 2 %}
 {% set AB = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[DTYPE] %}
 {% set WK = 8 if DTYPE == "float32" else 16 %}
 
