@@ -56,17 +56,19 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
     if member_tiles > MAX_GRID_X or (fam.persistent and tiles > MAX_GRID_X):
         raise InputError(f"{m}×{n}{f' × {batch} members' if batch > 1 else ''} needs {tiles} tiles of "
                          f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
-    splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
-    grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
     cluster, split_tiles = fam.cluster(p), tiles
+    if fam.stream_k(p):  # the grid, the splits and the shared tiles of one partition (cupy_gemm/stream_k.py)
+        k_blocks, slots = max(1, -(-k // p["BK"])), fam.persistent * (sm_count or 1)
+        blocks, splits, split_tiles = stream_k.launch(tiles, k_blocks, slots, fam.stream_k(p))
+    else:
+        splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
+    grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
     if fam.persistent and cluster > 1:  # a cluster's blocks take one cluster tile
         cluster_tiles = -(-m // fam.cluster_rows(p)) * -(-n // bn) * batch
         slots = clusters if clusters is not None else max(1, (sm_count or cluster) // cluster)
         grid = (min(cluster_tiles * splits, fam.persistent * slots) * cluster, 1, 1)
-    elif fam.stream_k(p):  # the grid the stream-K partition (and so k_splits' count) was worked out for
-        k_blocks = max(1, -(-k // p["BK"]))
-        grid = (stream_k.blocks(tiles, k_blocks, fam.persistent * (sm_count or 1), fam.stream_k(p)), 1, 1)
-        split_tiles = stream_k.shared_tiles(tiles, k_blocks, grid[0], fam.stream_k(p))
+    elif fam.stream_k(p):
+        grid = (blocks, 1, 1)
     elif fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
     elif cluster > 1:  # clusters run along x: a whole number of them (the kernel masks the columns past N)

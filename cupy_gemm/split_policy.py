@@ -65,8 +65,7 @@ def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: i
     bk = p.get("BK", 1)
     k_blocks = max(1, -(-k // bk))
     if fam.stream_k(p):  # as many splits as the most blocks sharing a tile (cupy_gemm/stream_k.py)
-        grid = stream_k.blocks(tiles, k_blocks, fam.persistent * (sm_count or 1), fam.stream_k(p))
-        return stream_k.most_splits(tiles, k_blocks, grid, fam.stream_k(p)), None
+        return stream_k.launch(tiles, k_blocks, fam.persistent * (sm_count or 1), fam.stream_k(p))[1], None
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks)), None

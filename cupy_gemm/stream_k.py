@@ -82,6 +82,13 @@ def units(tiles: int, k_blocks: int, blocks: int, block: int, mode: int) -> list
     return out
 
 
+def launch(tiles: int, k_blocks: int, slots: int, mode: int) -> tuple[int, int, int]:
+    """(grid, splits, shared tiles) of a stream-K launch on `slots` persistent blocks: blocks(), and on that
+    grid most_splits() and shared_tiles(), which the launcher sizes the workspace by."""
+    grid = blocks(tiles, k_blocks, slots, mode)
+    return grid, most_splits(tiles, k_blocks, grid, mode), shared_tiles(tiles, k_blocks, grid, mode)
+
+
 def most_splits(tiles: int, k_blocks: int, blocks: int, mode: int) -> int:
     """The most blocks that share one tile: the `splits` the kernel gets, which sizes its workspace."""
     plan = _plan(tiles, k_blocks, blocks, mode)
