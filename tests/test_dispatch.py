@@ -444,7 +444,7 @@ def test_explain_a_column_major_b():
     text = dispatch.explain("float16", 16, 4096, 4096, ("NVIDIA H100 80GB HBM3", 90), b_layout="col")
     assert "variant: hgemv_decode_kmajor_" in text and "with B column-major" in text and "x @ W.T" in text
     text = dispatch.explain("float16", 16, 4096, 4096, ("NVIDIA H200", 90), b_layout="col")  # no such entries
-    assert "variant: hgemm_wgmma_kmajor_" in text and "B-layout rule" in text
+    assert "variant: hgemv_decode_kmajor_" in text and "B-layout rule: hgemv_decode_n" in text
     assert "no float16 entries timed with B column-major" in text
     text = dispatch.explain("bfloat16", 4096, 4096, 4096, ("NVIDIA H100 80GB HBM3", 90), b_layout="col")
     assert "variant: bgemm_wgmma_kmajor_" in text
