@@ -56,10 +56,10 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
     if member_tiles > MAX_GRID_X or (fam.persistent and tiles > MAX_GRID_X):
         raise InputError(f"{m}×{n}{f' × {batch} members' if batch > 1 else ''} needs {tiles} tiles of "
                          f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
-    cluster, split_tiles = fam.cluster(p), tiles
-    if fam.stream_k(p):  # the grid, the splits and the shared tiles of one partition (cupy_gemm/stream_k.py)
+    cluster, split_tiles, stream_k_mode = fam.cluster(p), tiles, fam.stream_k(p)
+    if stream_k_mode:  # the grid, the splits and the shared tiles of one partition (cupy_gemm/stream_k.py)
         k_blocks, slots = max(1, -(-k // p["BK"])), fam.persistent * (sm_count or 1)
-        blocks, splits, split_tiles = stream_k.launch(tiles, k_blocks, slots, fam.stream_k(p))
+        blocks, splits, split_tiles = stream_k.launch(tiles, k_blocks, slots, stream_k_mode)
     else:
         splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
     grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
@@ -67,7 +67,7 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
         cluster_tiles = -(-m // fam.cluster_rows(p)) * -(-n // bn) * batch
         slots = clusters if clusters is not None else max(1, (sm_count or cluster) // cluster)
         grid = (min(cluster_tiles * splits, fam.persistent * slots) * cluster, 1, 1)
-    elif fam.stream_k(p):
+    elif stream_k_mode:
         grid = (blocks, 1, 1)
     elif fam.persistent:
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)

@@ -127,14 +127,19 @@ def _rule_stream_k(p, dtype, acc):
                               "through the split-K workspace; each block walks its own units)")
 
 
-def _rule_cluster(p, dtype, acc):
-    if p["CLUSTER"] == 1:
-        return
-    if p["BN"] > 256:
-        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
+def _cluster_walk(p):
+    """What clusters need whatever B's layout: the blocks walk the same tiles in step, one wgmma per k step."""
     if p["SPLIT_K"] != 1 or p["PINGPONG"]:
         yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
                           "same tiles in step)")
+    if p["BN"] > 256:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
+
+
+def _rule_cluster(p, dtype, acc):
+    if p["CLUSTER"] == 1:
+        return
+    yield from _cluster_walk(p)
     b_boxes = (p["BK"] if dtype == "float32" else p["BN"]) // _elems_per_row(dtype)
     if b_boxes % p["CLUSTER"]:
         yield ConfigError("CLUSTER", p["CLUSTER"], f"a divisor of the {b_boxes} TMA boxes of a B stage "
@@ -145,11 +150,8 @@ def _rule_cluster(p, dtype, acc):
 def _rule_cluster_kmajor(p, dtype, acc):
     """A K-major B: the cluster's blocks each multicast BN / CLUSTER rows of n of every box, whole 8-row
     swizzle atoms since BN is a multiple of 64 (_rule_tiles), so any number of k boxes will do."""
-    if p["CLUSTER"] != 1 and (p["SPLIT_K"] != 1 or p["PINGPONG"]):
-        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
-                          "same tiles in step)")
-    elif p["CLUSTER"] != 1 and p["BN"] > 256:
-        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
+    if p["CLUSTER"] != 1:
+        yield from _cluster_walk(p)
 
 
 def _no_cluster(p, dtype, acc):
