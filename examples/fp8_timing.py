@@ -12,6 +12,7 @@ cached. Our calls go through `cupy_gemm.scaled_plan` (checks made once; a call l
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -173,7 +174,8 @@ def sass_report():
                                     capture_output=True, text=True).stderr
             sass = subprocess.run([cuobjdump, "--dump-sass", cubin_path], capture_output=True, text=True).stdout
             count = lambda word: sum(word in line for line in sass.splitlines())
-            regs = next((w for w in report.split(",") if "registers" in w), "?").strip()
+            used = re.search(r"Used (\d+) registers", report)  # ptxas -v: "... Used 168 registers, ..."
+            regs = used.group(1) if used else "?"
             print(f"| {name} | {count('QGMMA')} | {count('HGMMA')} | {count('UTMALDG')} | {count('UTMASTG')} | "
                   f"{count('LDL') + count('STL')} | {regs} |")
 
