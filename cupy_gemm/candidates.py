@@ -38,14 +38,31 @@ def dtype_key(dtype) -> str:
 
 
 @lru_cache(maxsize=None)
+def _file() -> tuple[str, dict]:
+    path = registry.data_dir("kernels") / "dispatch" / "candidates.toml"
+    return str(path), tomllib.loads(path.read_text())
+
+
+@lru_cache(maxsize=None)
 def candidates() -> dict[str, dict[str, tuple[str, ...]]]:
     """kernels/dispatch/candidates.toml: {role: {dtype key: names in preference order}}."""
-    path = registry.data_dir("kernels") / "dispatch" / "candidates.toml"
-    data = tomllib.loads(path.read_text())
-    unknown = set(data) - set(ROLES)
+    path, data = _file()
+    unknown = set(data) - set(ROLES) - {"tile_cost"}
     if unknown:
         raise CatalogueError(f"{path}: unknown roles {sorted(unknown)}; the heuristic knows {list(ROLES)}")
     return {role: {key: tuple(data.get(role, {}).get(key, ())) for key in DTYPE_KEYS} for role in ROLES}
+
+
+@lru_cache(maxsize=None)
+def tile_costs() -> dict[str, tuple[float, float]]:
+    """candidates.toml's [tile_cost]: {variant: (ns per K block, ns per tile)} of the big tiles it times."""
+    path, data = _file()
+    costs = {}
+    for name, value in data.get("tile_cost", {}).items():
+        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, (int, float)) and x > 0 for x in value)):
+            raise CatalogueError(f"{path}: tile_cost {name} = {value!r}; give [ns per K block, ns per tile], both > 0")
+        costs[name] = (float(value[0]), float(value[1]))
+    return costs
 
 
 def why_not(name: str, key: str, cc: int, needs=()) -> str | None:

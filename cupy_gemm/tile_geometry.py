@@ -22,12 +22,23 @@ def in_flight_bytes(v: Variant, m: int, n: int) -> int:
     return tiles_of(v, m, n) * v.family.smem_bytes(v.params, v.dtype, v.acc)
 
 
-def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
-    """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs (with
-    clusters: cluster tiles over waves × the clusters that fit; a cluster that splits K takes one tile)."""
+def _units_and_slots(v: Variant, m: int, n: int, sm_count: int) -> tuple[int, int]:
+    """A persistent v's tiles at m×n and how many it runs at once on sm_count SMs (with clusters: cluster
+    tiles and the clusters that fit; a cluster that splits K takes one tile)."""
     cluster, bn = v.family.cluster(v.params), v.family.tile(v.params)[1]
-    units, slots = -(-m // v.family.cluster_rows(v.params)) * -(-n // bn), max(1, sm_count // cluster)
-    return units / (-(-units // slots) * slots)
+    return -(-m // v.family.cluster_rows(v.params)) * -(-n // bn), max(1, sm_count // cluster)
+
+
+def waves(v: Variant, m: int, n: int, sm_count: int) -> int:
+    """How many rounds of tiles a persistent v's blocks take at m×n on sm_count SMs."""
+    units, slots = _units_and_slots(v, m, n, sm_count)
+    return -(-units // slots)
+
+
+def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
+    """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs."""
+    units, slots = _units_and_slots(v, m, n, sm_count)
+    return units / (waves(v, m, n, sm_count) * slots)
 
 
 def padded_area(v: Variant, m: int, n: int) -> int:

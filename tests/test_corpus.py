@@ -58,6 +58,23 @@ def test_small_corpus_is_a_subset_with_the_shapes_that_matter():
         assert mnk in {s.mnk for s in small}, mnk
 
 
+def test_the_unseen_corpus_is_off_every_dispatch_table():
+    """Other families at other token counts: no shape of it is in the llm corpus or timed in a shipped
+    table, so a run over it measures how the default does where its tables only neighbour the shape."""
+    from cupy_gemm import selection_tables
+    unseen, llm = corpus.shapes("unseen"), corpus.shapes("llm")
+    assert len(unseen) == len({s.mnk for s in unseen}) >= 150
+    assert not {s.mnk for s in unseen} & {s.mnk for s in llm}
+    timed = {(e["m"], e["n"], e["k"]) for t in selection_tables.tables() for e in t["entries"]}
+    assert not {s.mnk for s in unseen} & timed
+    assert {s.m for s in unseen} == set(corpus.UNSEEN_TOKENS) and not set(corpus.UNSEEN_TOKENS) & set(corpus.TOKENS) - {1}
+    by_name = {s.name: s for s in unseen}
+    assert by_name["qwen2.5-7b.down_proj.M1000"].mnk == (1000, 3584, 18944)
+    assert by_name["gemma2-9b.q_proj.M256"].mnk == (256, 4096, 3584)  # 16 heads of 256
+    assert by_name["qwen3-30b-a3b.expert.gate/up_proj.M32"].mnk == (32, 768, 2048)
+    assert corpus.shapes("unseen:1000x5120x14336")[0].name == "mistral-nemo-12b.down_proj.M1000"
+
+
 def test_unknown_corpus_and_shape():
     with pytest.raises(ValueError, match="llm-small"):
         corpus.shapes("llm-tiny")

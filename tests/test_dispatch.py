@@ -299,7 +299,10 @@ def test_the_shipped_candidates_route_each_kind_of_shape():
         assert registry.lookup(dispatch.choose(ampere, key, 1, 4096, 4096).variant).family.name == "skinny"
         sixteen = registry.lookup(dispatch.choose(ampere, key, 16, 4096, 4096).variant)
         assert sixteen.family.split_k and sixteen.family.max_rows is None
-        assert dispatch.choose(hopper, key, 512, 6144, 4096).variant == dispatch.first_default(key, 90)
+        # one wave of 96 clustered 128×256 tiles: the big tiles, as 128 tiles of 128×192 (97% of a wave;
+        # the H100 table's entry there too)
+        wide = registry.lookup(dispatch.choose(hopper, key, 512, 6144, 4096).variant)
+        assert wide.name in dispatch.candidates()["default"][key] and wide.family.tile(wide.params) == (128, 192)
     for key, acc in (("float32", "float32"), ("tf32", "tf32"), ("3xtf32", "float32")):
         for n, cluster in ((4096, 2), (2048, 2), (1024, 4)):
             sixteen = registry.lookup(dispatch.choose(hopper, key, 16, n, 4096).variant)
@@ -504,6 +507,30 @@ def test_a_persistent_family_takes_its_larger_tile_where_the_waves_stay_full():
     v = registry.catalogue()[big]
     assert dispatch.wave_fill(v, 8192, 8192, 132) == 64 * 43 / (21 * 132)
     assert dispatch.wave_fill(v, 4096, 4096, 132) == 32 * 22 / (6 * 132)
+
+
+@pytest.mark.parametrize("key", ["float16", "bfloat16"])
+def test_the_big_tiles_go_by_their_expected_time(key):
+    """Off the tables, the big-tile rule weighs the tiles [tile_cost] times: 1000×5120 is 160 clustered
+    128×256 tiles (two rounds) but 128 of 128×320 (one); 4096³ fills the clustered tiles' waves; at
+    5000×3000×1000 the estimate puts 128×192 ahead by less than COST_MARGIN, so the first default stays."""
+    h800 = Gpu("NVIDIA H800", 90, 132)
+    first = dispatch.first_default(key, 90)
+    decision = dispatch.choose(h800, key, 1000, 5120, 14336)
+    v = registry.lookup(decision.variant)
+    assert v.family.tile(v.params) == (128, 320) and "expected ~" in decision.reason, decision
+    assert dispatch.choose(h800, key, 4096, 4096, 4096).variant == first
+    assert dispatch.choose(h800, key, 5000, 3000, 1000).variant == first
+    costed = [registry.lookup(x) for x in dispatch.candidates()["default"][key] if x in dispatch.tile_costs()]
+    near = {x.name: dispatch.big_tile_ns(x, 5000, 3000, 1000, 132) for x in costed}
+    assert min(near.values()) > (1 - dispatch.COST_MARGIN) * near[first] and min(near, key=near.get) != first
+    assert dispatch.waves(registry.lookup(first), 1000, 5120, 132) == 2 and dispatch.waves(v, 1000, 5120, 132) == 1
+
+
+def test_tile_costs_name_default_entries():
+    for name in dispatch.tile_costs():
+        v = registry.lookup(name)
+        assert name in dispatch.candidates()["default"][v.dtype] and v.family.persistent, name
 
 
 def test_clustered_waves_count_cluster_tiles():

@@ -8,6 +8,8 @@ under the first name, with the others in `also`: a duplicate would weigh twice i
 
     shapes("llm")         the whole corpus
     shapes("llm-small")   about 25 of them, for a quick run
+    shapes("unseen")      other model families at other token counts: no dispatch table was timed on them,
+                          so they show how the default path does on shapes its tables only neighbour
 """
 from __future__ import annotations
 
@@ -70,6 +72,20 @@ DEEPSEEK_V3 = ("deepseek-v3", [
     ("kv_b_proj", 128 * (128 + 128), 512), ("o_proj", 7168, 128 * 128),
     ("expert.gate_proj", 2048, 7168), ("expert.up_proj", 2048, 7168), ("expert.down_proj", 7168, 2048)])
 
+# The `unseen` corpus: families whose widths the llm corpus lacks, at token counts between its own. The
+# dispatch tables are timed on the llm corpus; these shapes are answered by a table's neighbour or the
+# heuristic, as a user's own model would be.
+UNSEEN_TOKENS = (1, 4, 32, 256, 1000, 3000)
+UNSEEN_MODELS = [
+    Transformer("qwen2.5-7b", hidden=3584, intermediate=18944, heads=28, head_dim=128, kv_heads=4),
+    Transformer("gemma2-9b", hidden=3584, intermediate=14336, heads=16, head_dim=256, kv_heads=8),
+    Transformer("mistral-nemo-12b", hidden=5120, intermediate=14336, heads=32, head_dim=128, kv_heads=8),
+    Transformer("phi3-mini", hidden=3072, intermediate=8192, heads=32, head_dim=96, kv_heads=32),
+    # Qwen3-30B-A3B: 128 narrow experts (2048 -> 768), eight per token
+    Transformer("qwen3-30b-a3b", hidden=2048, intermediate=768, heads=32, head_dim=128, kv_heads=4,
+                mlp_prefix="expert."),
+]
+
 # Shapes outside the model grid, (model, layer, M, N, K). Attention itself: scores Q·Kᵀ per head are
 # seq × seq × head_dim (skinny K), the weighted sum P·V is seq × head_dim × seq (narrow N). Groups that are
 # not models (GROUPS) are named `group.layer`, without the token count.
@@ -122,21 +138,27 @@ def _join(layers: list[str]) -> str:
     return "/".join(layers)
 
 
-def _entries():
-    """(model, layer, M, N, K) of every model projection at every token count, then the extras."""
-    models = [(t.name, t.projections()) for t in (LLAMA3_8B, LLAMA3_70B, MIXTRAL_8X7B)] + [DEEPSEEK_V3]
+def _entries(models, tokens, extras=()):
+    """(model, layer, M, N, K) of every projection of `models` ((name, projections) pairs) at every token
+    count, then the extras."""
     for model, projections in models:
         for layer, n, k in merge_layers(projections):
-            for m in TOKENS:
+            for m in tokens:
                 yield model, layer, m, n, k
-    yield from EXTRAS
+    yield from extras
 
 
-def build() -> list[Shape]:
-    """The corpus: one Shape per distinct M×N×K, in definition order, with the names it also goes by."""
+def build(name: str = "llm") -> list[Shape]:
+    """The corpus `name` ("llm" or "unseen", whole): one Shape per distinct M×N×K, in definition order,
+    with the names it also goes by."""
+    if name == "unseen":
+        entries = _entries([(t.name, t.projections()) for t in UNSEEN_MODELS], UNSEEN_TOKENS)
+    else:
+        models = [(t.name, t.projections()) for t in (LLAMA3_8B, LLAMA3_70B, MIXTRAL_8X7B)] + [DEEPSEEK_V3]
+        entries = _entries(models, TOKENS, EXTRAS)
     first: dict[tuple[int, int, int], tuple] = {}
     aliases: dict[tuple[int, int, int], list[str]] = {}
-    for model, layer, m, n, k in _entries():
+    for model, layer, m, n, k in entries:
         name = f"{model}.{layer}" if model in GROUPS else f"{model}.{layer}.M{m}"
         if (m, n, k) in first:
             aliases[(m, n, k)].append(name)
@@ -153,7 +175,7 @@ def lookup(corpus: list[Shape], m: int, n: int, k: int) -> Shape:
     raise KeyError(f"{m}x{n}x{k} is not in the corpus")
 
 
-CORPORA = ("llm", "llm-small")
+CORPORA = ("llm", "llm-small", "unseen")
 
 
 def shapes(name: str = "llm") -> list[Shape]:
@@ -162,8 +184,8 @@ def shapes(name: str = "llm") -> list[Shape]:
     name, _, subset = name.partition(":")
     if name not in CORPORA:
         raise ValueError(f"unknown shape corpus {name!r}; choose one of {', '.join(CORPORA)}")
-    corpus = build()
-    chosen = corpus if name == "llm" else [lookup(corpus, *mnk) for mnk in SMALL]
+    corpus = build("unseen" if name == "unseen" else "llm")
+    chosen = [lookup(corpus, *mnk) for mnk in SMALL] if name == "llm-small" else corpus
     if not subset:
         return chosen
     by_label = {s.label.replace("×", "x"): s for s in chosen}

@@ -3,7 +3,7 @@ import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import registry, verify
+from cupy_gemm import api, registry, selection_tables, verify
 from cupy_gemm.errors import DeviceError, DTypeError, InputError, UnknownVariantError
 from cupy_gemm.launch import compute_capability
 
@@ -79,6 +79,27 @@ def test_default_and_cublas(dtype):
     ref2, scale2 = verify.reference(a, b, c, 2.0, -1.0)
     out = cupy_gemm.gemm(a, b, c, alpha=2.0, beta=-1.0, variant="cublas")
     assert verify.check(out, ref2, scale2, dtype, "float32", 200).ok
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+@pytest.mark.parametrize("mnk, tile", [((1000, 5120, 1000), (128, 320)), ((999, 3000, 1000), (128, 192)),
+                                       ((700, 2600, 1000), (128, 128))])
+def test_the_big_tiles_off_the_tables(dtype, b_layout, mnk, tile, monkeypatch):
+    """Off its tables the default weighs the big tiles by their expected time ([tile_cost]): each tile it
+    takes writes every element of a ragged C right, with B either way round (x @ W.T: the K-major twin)."""
+    if compute_capability(cupy.cuda.Device()) < 90:
+        pytest.skip("the big tiles are Hopper's wgmma")
+    monkeypatch.setattr(selection_tables, "tables", lambda: ())
+    m, n, k = mnk
+    a = rand(m, k, dtype=dtype)
+    b = rand(k, n, dtype=dtype, seed=1) if b_layout == "row" else rand(n, k, dtype=dtype, seed=1).T
+    out = cupy.full((m, n), cupy.nan, dtype=dtype)
+    plan = api.Plan(a, b, out=out)
+    v = plan.variant
+    assert v.family.tile(v.params) == tile and v.family.name == ("wgmma" if b_layout == "row" else "wgmma_kmajor"), v.name
+    plan()
+    assert verify.check(out, *verify.reference(a, b), dtype, v.acc, k).ok
 
 
 def test_empty_and_zero_k():
