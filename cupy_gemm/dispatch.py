@@ -15,8 +15,8 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
      deep (16-bit: the one the launcher's split-K cost model expects to finish first; else the first whose
      tiles pad C within PAD_TIE of the least), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);
-   - otherwise the big tiles: of the `default` entries with a [tile_cost], the one whose waves of tiles
-     it expects to finish first, where that beats the first entry by COST_MARGIN; else the first.
+   - otherwise the big tiles (cupy_gemm/big_tiles.py): of the `default` entries with a [tile_cost], the
+     one it expects to finish first, where that beats the first entry by COST_MARGIN; else the first.
 3. then, for a call whose operands are known (their Placement), the rules of cupy_gemm/placement_rules.py:
    an `unaligned` entry where the chosen variant's alignment copies cost as much as the product, and the
    wgmma_tf32 twin of a wgmma_tf32_rowb entry where B is column-major.
@@ -29,8 +29,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import placement_rules, registry, selection_tables
+from . import big_tiles, placement_rules, registry, selection_tables
 from .arrange import B_LAYOUTS, Placement, fresh
+from .big_tiles import COST_MARGIN, WAVE_TIE  # noqa: F401  (dispatch's API)
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, tile_costs, why_not  # noqa: F401
 from .errors import ConfigError, DeviceError, DTypeError
 from .split_policy import MIN_K_PER_SPLIT, resident_blocks, split_plan
@@ -49,7 +50,6 @@ IN_FLIGHT_BYTES = 4 << 20
 # the H100 one wave of 128×256 wgmma tiles on 96 or 112 of 132 SMs (512×6144×4096, 128×28672×8192) beat
 # every split-K and smaller-tile entry by 1.5×, while CUDA-core tiles, 4 to an SM, still gain from splits
 IDLE_FRACTION = 2
-WAVE_TIE = 0.05  # the big-tile rule's margin: a larger tile is worth up to this much emptier waves
 # log2: a measured shape answers problems within √2 of it in every dimension. Against 2×, over the H100's llm
 # corpus (× cupy.matmul geomean): float16 0.964 → 0.990, bfloat16 0.973 → 0.992 (124 of 150 shapes off the
 # table then); tf32 1.036 → 1.045, float32 1.059 → 1.060 (the table refined over it; tf32 128×8192×28672
@@ -65,12 +65,6 @@ PAD_TIE = 0.10
 MODELLED_SPLITS = ("float16", "bfloat16")  # dtype keys whose split-K tile the launcher's cost model picks,
 MODEL_PAD_LIMIT = 1.25  # among tiles padding C at most this much more than the least (not 128 rows for 64)
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
-# the big-tile rule leaves the first default only for a tile whose estimated time ([tile_cost]) is at least
-# this much shorter: the estimate misses the L2 traffic of tiles that share no operand in a cluster. On
-# the H100 5000×3000×1000 ran 0.91× cupy.matmul on the clustered 128×256 tile and 0.61× on the 128×192 one
-# that the estimate put 2% ahead; the `unseen` corpus's shapes with M >= 1000 off the table rose from
-# 0.870 to 0.939 (geomean; the best of the four tiles there: 0.940)
-COST_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -197,40 +191,13 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
             return Decision(best.name, f"heuristic: {idle}, and no entry has more: the tile that pads C least "
                             f"({padded_area(best, m, n)} elements)", tuple(notes))
         notes.append(f"{idle}, but no {'split-K or ' if deep else ''}smaller-tile entry runs here")
-    first, how = default, ""
+    how = ""
     if default.family.persistent:
         family = [v for v in usable["default"] if v.family is default.family]
-        costed = [v for v in family if v.name in tile_costs()]
-        if default in costed:
-            estimate = {v.name: big_tile_ns(v, m, n, k, sm_count) for v in costed}
-            best = min(costed, key=lambda v: estimate[v.name])  # min keeps the first of equals
-            if estimate[best.name] <= (1 - COST_MARGIN) * estimate[default.name]:
-                default = best
-                how = (f"; expected ~{estimate[best.name] / 1000:.0f} µs against ~{estimate[first.name] / 1000:.0f} "
-                       f"for {_tile_words(first)}")
-        else:
-            # the largest tile whose waves are within WAVE_TIE of the fullest. 3xTF32 on an H100: 128×192 at
-            # 8192³ (99% of its waves full) ran 2.00× SGEMM where 128×128 ran 1.52–1.81×; at 4096³ (128×192:
-            # 89%, 128×128: 97%) 128×128 ran 1.91×, 128×192 1.77×.
-            fullest = max(wave_fill(v, m, n, sm_count) for v in family)
-            area = lambda v: v.family.tile(v.params)[0] * v.family.tile(v.params)[1]  # noqa: E731
-            default = max((v for v in family if wave_fill(v, m, n, sm_count) >= fullest - WAVE_TIE), key=area)
+        default, how = big_tiles.choose(family, m, n, k, sm_count)
     return Decision(default.name, f"heuristic: the big-tile default ({tiles_of(default, m, n)} tiles of "
-                    f"{_tile_words(default)}, {wave_fill(default, m, n, sm_count):.0%} of their waves full{how})",
-                    tuple(notes))
-
-
-def big_tile_ns(v: Variant, m: int, n: int, k: int, sm_count: int) -> float:
-    """A big-tile default's expected time at m×n×k from its [tile_cost]: rounds of tiles × (K blocks × ns
-    per K block + ns per tile)."""
-    per_k_block, per_tile = tile_costs()[v.name]
-    return waves(v, m, n, sm_count) * (-(-k // v.params["BK"]) * per_k_block + per_tile)
-
-
-def _tile_words(v: Variant) -> str:
-    bm, bn = v.family.tile(v.params)
-    cluster = v.family.cluster(v.params)
-    return f"{bm}×{bn}" + (f" in clusters of {cluster}" if cluster > 1 else "")
+                    f"{big_tiles.tile_words(default)}, {wave_fill(default, m, n, sm_count):.0%} of their waves "
+                    f"full{how})", tuple(notes))
 
 
 def _why_no_split(v: Variant) -> str | None:

@@ -38,7 +38,7 @@ def waves(v: Variant, m: int, n: int, sm_count: int) -> int:
 def wave_fill(v: Variant, m: int, n: int, sm_count: int) -> float:
     """How full the waves of a persistent v's tiles are on sm_count SMs: tiles over waves × SMs."""
     units, slots = _units_and_slots(v, m, n, sm_count)
-    return units / (waves(v, m, n, sm_count) * slots)
+    return units / (-(-units // slots) * slots)
 
 
 def padded_area(v: Variant, m: int, n: int) -> int:

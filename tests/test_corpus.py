@@ -6,7 +6,7 @@ import math
 import pytest
 
 import cupy_gemm
-
+from cupy_gemm import selection_tables
 from cupy_gemm.measure import corpus, corpus_records, corpus_timing
 from cupy_gemm.present import corpus_tables
 
@@ -61,7 +61,6 @@ def test_small_corpus_is_a_subset_with_the_shapes_that_matter():
 def test_the_unseen_corpus_is_off_every_dispatch_table():
     """Other families at other token counts: no shape of it is in the llm corpus or timed in a shipped
     table, so a run over it measures how the default does where its tables only neighbour the shape."""
-    from cupy_gemm import selection_tables
     unseen, llm = corpus.shapes("unseen"), corpus.shapes("llm")
     assert len(unseen) == len({s.mnk for s in unseen}) >= 150
     assert not {s.mnk for s in unseen} & {s.mnk for s in llm}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cupy_gemm import api, cli, dispatch, registry, selection_tables
+from cupy_gemm import api, big_tiles, cli, dispatch, registry, selection_tables
 from cupy_gemm.dispatch import Gpu
 from cupy_gemm.errors import CatalogueError, DTypeError
 from fake_gpu import gpu  # noqa: F401  (the fixture)
@@ -522,7 +522,7 @@ def test_the_big_tiles_go_by_their_expected_time(key):
     assert dispatch.choose(h800, key, 4096, 4096, 4096).variant == first
     assert dispatch.choose(h800, key, 5000, 3000, 1000).variant == first
     costed = [registry.lookup(x) for x in dispatch.candidates()["default"][key] if x in dispatch.tile_costs()]
-    near = {x.name: dispatch.big_tile_ns(x, 5000, 3000, 1000, 132) for x in costed}
+    near = {x.name: big_tiles.expected_ns(x, 5000, 3000, 1000, 132) for x in costed}
     assert min(near.values()) > (1 - dispatch.COST_MARGIN) * near[first] and min(near, key=near.get) != first
     assert dispatch.waves(registry.lookup(first), 1000, 5120, 132) == 2 and dispatch.waves(v, 1000, 5120, 132) == 1
 
@@ -531,6 +531,18 @@ def test_tile_costs_name_default_entries():
     for name in dispatch.tile_costs():
         v = registry.lookup(name)
         assert name in dispatch.candidates()["default"][v.dtype] and v.family.persistent, name
+
+
+@pytest.mark.parametrize("value", [[701], [701, 0], "701", [701, "2391"]])
+def test_bad_tile_costs_are_refused(value, monkeypatch):
+    from cupy_gemm import candidates as lists
+    monkeypatch.setattr(lists, "_file", lambda: ("candidates.toml", {"tile_cost": {"some_tile": value}}))
+    lists.tile_costs.cache_clear()
+    try:
+        with pytest.raises(CatalogueError, match="tile_cost some_tile"):
+            lists.tile_costs()
+    finally:
+        lists.tile_costs.cache_clear()
 
 
 def test_clustered_waves_count_cluster_tiles():
