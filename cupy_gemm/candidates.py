@@ -59,7 +59,8 @@ def tile_costs() -> dict[str, tuple[float, float]]:
     path, data = _file()
     costs = {}
     for name, value in data.get("tile_cost", {}).items():
-        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(x, (int, float)) and x > 0 for x in value)):
+        numbers = isinstance(value, list) and all(isinstance(x, (int, float)) and x > 0 for x in value)
+        if not (numbers and len(value) == 2):
             raise CatalogueError(f"{path}: tile_cost {name} = {value!r}; give [ns per K block, ns per tile], both > 0")
         costs[name] = (float(value[0]), float(value[1]))
     return costs

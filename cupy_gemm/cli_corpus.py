@@ -1,5 +1,6 @@
-"""`cupy-gemm bench --shapes llm|llm-small|unseen`: the default path against cupy.matmul and torch.matmul over the
-shape corpus (cupy_gemm.measure.corpus_bench), written as corpus.json/corpus.csv and markdown tables."""
+"""`cupy-gemm bench --shapes llm|llm-small|llm-dense|unseen`: the default path against cupy.matmul and
+torch.matmul over a shape corpus (cupy_gemm.measure.corpus_bench), written as corpus.json/corpus.csv and
+markdown tables."""
 from __future__ import annotations
 
 import fnmatch
@@ -12,7 +13,7 @@ from .present import corpus_tables
 
 
 def is_corpus(shapes: str) -> bool:
-    """llm, llm-small, unseen, or a subset of one: llm:MxNxK,…"""
+    """llm, llm-small, llm-dense, unseen, or a subset of one: llm:MxNxK,…"""
     return shapes.partition(":")[0] in corpus.CORPORA
 
 

@@ -55,9 +55,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", action="append", help="only these input dtypes (repeatable)")
     p.add_argument("--variant", action="append", help="only variants matching these globs (repeatable)")
     p.add_argument("--shapes", default="seed", help="seed (the seed tables' shapes per dtype), hgemm, sgemm, "
-                   "square, quick, or MxNxK[,MxNxK…] (default: seed); llm, llm-small or unseen: a model-shape corpus, "
-                   "the default path against cupy.matmul and torch.matmul (--dtype also takes tf32); "
-                   "llm:MxNxK,…: some of its shapes")
+                   "square, quick, or MxNxK[,MxNxK…] (default: seed); llm, llm-small, llm-dense or unseen: a "
+                   "model-shape corpus, the default path against cupy.matmul and torch.matmul (--dtype also "
+                   "takes tf32); llm:MxNxK,…: some of its shapes")
     p.add_argument("--out", help="corpus runs: the folder for corpus.json, corpus.csv and corpus.md (default .)")
     p.add_argument("--no-torch", action="store_true", help="corpus runs: leave torch.matmul out")
     p.add_argument("--b-layout", choices=B_LAYOUTS, default="row",

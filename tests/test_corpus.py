@@ -74,6 +74,14 @@ def test_the_unseen_corpus_is_off_every_dispatch_table():
     assert corpus.shapes("unseen:1000x5120x14336")[0].name == "mistral-nemo-12b.down_proj.M1000"
 
 
+def test_the_dense_corpus_fills_the_token_counts_between_the_llm_corpus_ones():
+    dense, llm, unseen = corpus.shapes("llm-dense"), corpus.shapes("llm"), corpus.shapes("unseen")
+    assert {s.m for s in dense} == set(corpus.DENSE_TOKENS) and not set(corpus.DENSE_TOKENS) & set(corpus.TOKENS)
+    assert {(s.n, s.k) for s in dense} <= {(s.n, s.k) for s in llm}  # the same projections
+    assert not {s.mnk for s in dense} & ({s.mnk for s in llm} | {s.mnk for s in unseen})
+    assert corpus.shapes("llm-dense:256x4096x4096")[0].name == "llama3-8b.q/o_proj.M256"
+
+
 def test_unknown_corpus_and_shape():
     with pytest.raises(ValueError, match="llm-small"):
         corpus.shapes("llm-tiny")

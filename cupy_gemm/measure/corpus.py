@@ -10,12 +10,15 @@ under the first name, with the others in `also`: a duplicate would weigh twice i
     shapes("llm-small")   about 25 of them, for a quick run
     shapes("unseen")      other model families at other token counts: no dispatch table was timed on them,
                           so they show how the default path does on shapes its tables only neighbour
+    shapes("llm-dense")   the llm corpus's families at the token counts between its own (32, 256, 1024),
+                          for dispatch tables whose entries must not be 4× apart in M
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 TOKENS = (1, 8, 16, 64, 128, 512, 2048, 8192)
+DENSE_TOKENS = (32, 256, 1024)  # llm-dense: between TOKENS, where a table entry 2× away in M does not carry over
 
 
 @dataclass(frozen=True)
@@ -149,12 +152,14 @@ def _entries(models, tokens, extras=()):
 
 
 def build(name: str = "llm") -> list[Shape]:
-    """The corpus `name` ("llm" or "unseen", whole): one Shape per distinct M×N×K, in definition order,
-    with the names it also goes by."""
+    """The corpus `name` ("llm", "llm-dense" or "unseen", whole): one Shape per distinct M×N×K, in
+    definition order, with the names it also goes by."""
+    models = [(t.name, t.projections()) for t in (LLAMA3_8B, LLAMA3_70B, MIXTRAL_8X7B)] + [DEEPSEEK_V3]
     if name == "unseen":
         entries = _entries([(t.name, t.projections()) for t in UNSEEN_MODELS], UNSEEN_TOKENS)
+    elif name == "llm-dense":
+        entries = _entries(models, DENSE_TOKENS)
     else:
-        models = [(t.name, t.projections()) for t in (LLAMA3_8B, LLAMA3_70B, MIXTRAL_8X7B)] + [DEEPSEEK_V3]
         entries = _entries(models, TOKENS, EXTRAS)
     first: dict[tuple[int, int, int], tuple] = {}
     aliases: dict[tuple[int, int, int], list[str]] = {}
@@ -175,7 +180,7 @@ def lookup(corpus: list[Shape], m: int, n: int, k: int) -> Shape:
     raise KeyError(f"{m}x{n}x{k} is not in the corpus")
 
 
-CORPORA = ("llm", "llm-small", "unseen")
+CORPORA = ("llm", "llm-small", "llm-dense", "unseen")
 
 
 def shapes(name: str = "llm") -> list[Shape]:
@@ -184,7 +189,7 @@ def shapes(name: str = "llm") -> list[Shape]:
     name, _, subset = name.partition(":")
     if name not in CORPORA:
         raise ValueError(f"unknown shape corpus {name!r}; choose one of {', '.join(CORPORA)}")
-    corpus = build("unseen" if name == "unseen" else "llm")
+    corpus = build("llm" if name == "llm-small" else name)
     chosen = [lookup(corpus, *mnk) for mnk in SMALL] if name == "llm-small" else corpus
     if not subset:
         return chosen
