@@ -84,13 +84,17 @@ def units(tiles: int, k_blocks: int, blocks: int, block: int, mode: int) -> list
 
 def launch(tiles: int, k_blocks: int, slots: int, mode: int) -> tuple[int, int, int]:
     """(grid, splits, shared tiles) of a stream-K launch on `slots` persistent blocks: blocks(), and on that
-    grid most_splits() and shared_tiles(), which the launcher sizes the workspace by."""
+    grid most_splits() and shared_tiles(), which the launcher sizes the workspace by (one partition)."""
     grid = blocks(tiles, k_blocks, slots, mode)
-    return grid, most_splits(tiles, k_blocks, grid, mode), shared_tiles(tiles, k_blocks, grid, mode)
+    plan = _plan(tiles, k_blocks, grid, mode)
+    return grid, _most_splits(plan, k_blocks), tiles - plan.dp_tiles
 
 
 def most_splits(tiles: int, k_blocks: int, blocks: int, mode: int) -> int:
     """The most blocks that share one tile: the `splits` the kernel gets, which sizes its workspace."""
-    plan = _plan(tiles, k_blocks, blocks, mode)
+    return _most_splits(_plan(tiles, k_blocks, blocks, mode), k_blocks)
+
+
+def _most_splits(plan: _Plan, k_blocks: int) -> int:
     return max((plan.owner((t + 1) * k_blocks - 1) - plan.owner(t * k_blocks) + 1
                 for t in range(plan.total // k_blocks)), default=1)
