@@ -124,9 +124,11 @@ def _current_cc(way_out: str) -> int:
 
 def _tuned_variant(problem: operands.Problem, acc: str | None = None, needs=()) -> Variant | None:
     """The user's tuning database's answer for this problem (variant="auto"), or None: also when its
-    family lacks one of `needs` (Family flags), so that the default among those that have them serves."""
+    family lacks one of `needs` (Family flags), so that the default among those that have them serves.
+    Entries tuned with B column-major (x @ W.T) answer calls whose B lies so, the others the rest."""
     import cupy
-    tuned = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, acc, "row",
+    layout = problem.placement.b_layout if problem.placement is not None else "row"
+    tuned = tuning.lookup_variant(cupy.cuda.Device(problem.device_id), problem.dtype.name, acc, layout,
                                   problem.m, problem.n, problem.k)
     return tuned if tuned is None or all(getattr(tuned.family, need) for need in needs) else None
 

@@ -3,6 +3,7 @@
 returns (cupy_gemm/dispatch.py decides; cupy_gemm/placement_rules.py revises for where operands lie)."""
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -47,7 +48,7 @@ def _file() -> tuple[str, dict]:
 def candidates() -> dict[str, dict[str, tuple[str, ...]]]:
     """kernels/dispatch/candidates.toml: {role: {dtype key: names in preference order}}."""
     path, data = _file()
-    unknown = set(data) - set(ROLES) - {"tile_cost"}
+    unknown = set(data) - set(ROLES) - {"tile_cost", "timed"}
     if unknown:
         raise CatalogueError(f"{path}: unknown roles {sorted(unknown)}; the heuristic knows {list(ROLES)}")
     return {role: {key: tuple(data.get(role, {}).get(key, ())) for key in DTYPE_KEYS} for role in ROLES}
@@ -64,6 +65,22 @@ def tile_costs() -> dict[str, tuple[float, float]]:
             raise CatalogueError(f"{path}: tile_cost {name} = {value!r}; give [ns per K block, ns per tile], both > 0")
         costs[name] = (float(value[0]), float(value[1]))
     return costs
+
+
+@lru_cache(maxsize=None)
+def timed_globs() -> tuple[str, ...]:
+    """candidates.toml's [timed] globs: the variants a table's candidate step and `cupy-gemm tune` time."""
+    path, data = _file()
+    globs = data.get("timed", {}).get("globs")
+    if not (isinstance(globs, list) and globs and all(isinstance(g, str) and g for g in globs)):
+        raise CatalogueError(f"{path}: [timed] globs = {globs!r}; give a list of name patterns")
+    return tuple(globs)
+
+
+def timed() -> list[str]:
+    """The catalogue variants [timed] names, every dtype, in catalogue order."""
+    globs = timed_globs()
+    return [name for name in registry.catalogue() if any(fnmatch.fnmatchcase(name, g) for g in globs)]
 
 
 def why_not(name: str, key: str, cc: int, needs=()) -> str | None:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 
 from rich.console import Console
@@ -181,19 +180,6 @@ def _targets(variant, archs):
             yield arch
 
 
-def _compile_one(job):
-    """(resources, error message, seconds); runs in a worker process, which fills the disk cache.
-    A missing toolkit is not this variant's failure: it propagates and ends the whole run."""
-    name, arch = job
-    start = time.perf_counter()
-    try:
-        return compile_mod.compile_variant(registry.lookup(name), arch).resources, None, time.perf_counter() - start
-    except CompilerNotFoundError:
-        raise
-    except CupyGemmError as e:
-        return None, str(e), time.perf_counter() - start
-
-
 class _Inline:
     """A serial stand-in for a process pool."""
     def __enter__(self):
@@ -244,7 +230,7 @@ def cmd_compile(args, console: Console) -> int:
         table.add_column(col, justify="left" if col in ("arch", "status") else "right")
     failures = 0
     with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else _Inline() as pool:
-        for (name, arch), (res, error, seconds) in zip(jobs, pool.map(_compile_one, jobs)):
+        for (name, arch), (res, error, seconds) in zip(jobs, pool.map(compile_mod.compile_named, jobs)):
             if error is None:
                 cells = (Text("ok", style="green"), str(res.registers), str(res.static_smem), str(res.local))
             else:

@@ -7,7 +7,7 @@ import fnmatch
 import sys
 from pathlib import Path
 
-from . import devices, dispatch, registry
+from . import api, candidates, devices, dispatch, registry
 from .measure import corpus, corpus_bench, corpus_records
 from .present import corpus_tables
 
@@ -19,7 +19,8 @@ def is_corpus(shapes: str) -> bool:
 
 def run(args, console) -> int:
     """Called by cmd_bench when --shapes names a corpus. --dtype takes float16, bfloat16, float32, tf32;
-    --variant names explicit candidates to time per shape instead of the default (dispatch tables)."""
+    --candidates, --family and --variant name candidates to time per shape instead of the default
+    (dispatch tables); --tuned times matmul(variant="auto") instead of the default."""
     dtypes = args.dtype or list(corpus_records.DTYPES)
     unknown = [d for d in dtypes if d not in corpus_records.DTYPES]
     if unknown:
@@ -27,7 +28,8 @@ def run(args, console) -> int:
     devices.gpu_count()  # no GPU: a DeviceError now, not a CUDA error from deep inside
     out = Path(args.out or ".")
     settings = corpus_bench.Settings(repeats=args.repeats, check=not args.no_check, seed=args.seed,
-                                     torch=not args.no_torch, b_layout=args.b_layout)
+                                     torch=not args.no_torch, b_layout=args.b_layout,
+                                     variant=api.AUTO if args.tuned else None)
     command = " ".join(["cupy-gemm", *sys.argv[1:]])
     meta, rows = corpus_bench.run(corpus.shapes(args.shapes), dtypes, variants=_candidates(args), settings=settings,
                                   progress=console.print, command=command,
@@ -47,14 +49,15 @@ def run(args, console) -> int:
 
 
 def _candidates(args) -> list[str] | None:
-    """The catalogue variants --family/--variant (globs) pick, or None: the default path."""
-    if not (args.family or args.variant):
+    """The catalogue variants --candidates (the default's own, candidates.toml's [timed]) and --family/--variant
+    (globs) pick, or None: the default path."""
+    if not (args.family or args.variant or args.candidates):
         return None
-    names = [name for name, v in registry.catalogue().items()
-             if (not args.family or v.family.name in args.family)
+    pool = candidates.timed() if args.candidates else list(registry.catalogue())
+    names = [name for name in pool if (not args.family or registry.lookup(name).family.name in args.family)
              and (not args.variant or any(fnmatch.fnmatchcase(name, g) for g in args.variant))]
     if not names:
-        raise ValueError("no catalogue variant matches the --family/--variant filters")
+        raise ValueError("no catalogue variant matches the --candidates/--family/--variant filters")
     return names
 
 

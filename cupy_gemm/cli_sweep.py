@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from . import cli_corpus, config, registry, tuning
+from . import cli_corpus, cli_tune, config, registry, tuning
 from .arrange import B_LAYOUTS
 from .cli_output import FAILED, USAGE, fail
 from .errors import CompilerNotFoundError, CupyGemmError, DeviceError
@@ -63,7 +63,13 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--b-layout", choices=B_LAYOUTS, default="row",
                    help="corpus runs: B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W "
                         "stored N×K as linear layers keep it)")
-    p.add_argument("--table", help="corpus runs with --variant: write the fastest candidate per shape as a "
+    p.add_argument("--candidates", action="store_true",
+                   help="corpus runs: time the default's own candidates at each shape (candidates.toml's [timed]; "
+                        "--family/--variant narrow them) instead of the default")
+    p.add_argument("--tuned", action="store_true",
+                   help="corpus runs: time matmul(variant=\"auto\"), the tuning database's choice where it has one, "
+                        "instead of the default")
+    p.add_argument("--table", help="corpus runs with --candidates or --variant: write the fastest candidate per shape as a "
                    "dispatch table (kernels/dispatch/table-<gpu>.toml); with --b-layout col its entries "
                    "answer calls whose B is column-major")
     p.add_argument("--quick", action="store_true",
@@ -100,10 +106,16 @@ def add_commands(subparsers) -> None:
     p.add_argument("files", nargs="+", help="CSV or JSON files written by sweep, bench or tune")
 
     p = subparsers.add_parser("tune", help="measure candidates at shapes and fill the tuning database")
-    p.add_argument("--shape", action="append", help="MxNxK to tune (repeatable, or comma-separated)")
+    p.add_argument("--shape", action="append", help="MxNxK to tune (repeatable, or comma-separated); without "
+                   "--family/--variant/--sweep also a corpus: llm, llm-small, llm-dense, unseen, llm:MxNxK,…")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--acc", help="accumulate type (default: what matmul uses for the dtype)")
-    p.add_argument("--family", action="append", help="only catalogue variants of these families")
+    p.add_argument("--b-layout", choices=B_LAYOUTS, default="row",
+                   help="without --family/--variant/--sweep: B row-major (x @ W; the default) or column-major "
+                        "(x @ W.T, W stored N×K); the entries answer calls whose B lies so")
+    p.add_argument("--family", action="append", help="only catalogue variants of these families, timed against "
+                   "the dtype's first default (without --family, --variant or --sweep: the default's own "
+                   "candidates at each shape, against the default's choice there)")
     p.add_argument("--variant", action="append", help="only these catalogue variants (globs)")
     p.add_argument("--sweep", metavar="FAMILY", help="also try the points of this family's grid (--set/--grid)")
     p.add_argument("--set", action="append", metavar="NAME=VALUES")
@@ -303,6 +315,10 @@ def cmd_tune(args, console: Console) -> int:
         return 0
     if not args.shape:
         raise ValueError("give at least one --shape to tune (or --list)")
+    if cli_tune.wanted(args):
+        return cli_tune.run(args, console)
+    if args.b_layout != "row":
+        raise ValueError("--b-layout col tunes the default's candidates: leave out --family, --variant and --sweep")
     variants = None
     if args.variant:
         variants = [n for n in registry.catalogue() if any(fnmatch.fnmatchcase(n, g) for g in args.variant)]

@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cache, config, cubin, toolkit
-from .errors import CompileError, ConfigError, DeviceError
+from . import cache, config, cubin, registry, toolkit
+from .errors import CompileError, CompilerNotFoundError, ConfigError, CupyGemmError, DeviceError
 from .fsutil import write_atomic
 from .registry import Variant
 from .render import render
@@ -121,6 +122,20 @@ def compile_variant(variant: Variant, arch: str, source: str | None = None) -> C
     return compile_source(variant.name, render(variant) if source is None else source, arch,
                           variant.family.needs_mma_headers,
                           f"variant {variant.name!r} (family {variant.family.name}, {variant.dtype}/{variant.acc}, {params})")
+
+
+def compile_named(job: tuple[str, str]) -> tuple[Resources | None, str | None, float]:
+    """(resources, error message, seconds) of compiling the catalogue variant `name` for `arch`, job = (name,
+    arch): a process pool's task, whose worker fills the disk cache. A missing toolkit is not this variant's
+    failure: it propagates and ends the whole run."""
+    name, arch = job
+    start = time.perf_counter()
+    try:
+        return compile_variant(registry.lookup(name), arch).resources, None, time.perf_counter() - start
+    except CompilerNotFoundError:
+        raise
+    except CupyGemmError as e:
+        return None, str(e), time.perf_counter() - start
 
 
 def compile_source(name: str, source: str, arch: str, mma_headers: bool = False, what: str | None = None) -> Compiled:

@@ -1,13 +1,14 @@
 """The tuning database behind `matmul(a, b, variant="auto")`: the file, and the lookup. It depends only on the
 catalogue and the renderer, so that the API imports it; `cupy_gemm.measure.tune` fills it.
 
-An entry is keyed by the GPU (name and compute capability), the input dtype, the accumulate type, the operand
-layout and a shape bucket (each of M, N, K rounded to the nearest power of two on a log scale). It names the
-fastest configuration measured there, with the hash of its rendered source: once its template or a helper it
-includes changes, the entry is ignored until tuned again. Where no entry covers a shape, `lookup` takes the
-nearest tuned shape of the same GPU, dtype, accumulate type and layout if every dimension is within a factor
-FALLBACK_RATIO of it and the entry clearly beat the default where it was tuned; otherwise it answers None:
-the dtype's default.
+An entry is keyed by the GPU (name and compute capability), the input dtype, the accumulate type, B's layout
+("row", or "col" for x @ W.T with W stored N×K) and a shape bucket (each of M, N, K rounded to the nearest
+power of two on a log scale), or the exact shape for entries of `cupy-gemm tune`'s default mode (a model's
+shapes often share a bucket: 3584 and 4096 do). It names the fastest configuration measured there, with the
+hash of its rendered source: once its template or a helper it includes changes, the entry is ignored until
+tuned again. `lookup` takes the entry of the exact shape, else of its bucket, else the nearest tuned shape of
+the same GPU, dtype, accumulate type and layout if every dimension is within a factor FALLBACK_RATIO of it and
+the entry clearly beat the default where it was tuned; otherwise it answers None: the dtype's default.
 
 The database is one JSON file, `tuning.json` in cupy_gemm.config.cache_dir(), with a schema version. Writers
 take an exclusive lock (fcntl) on `tuning.json.lock`, re-read, merge and replace the file atomically, so
@@ -55,6 +56,11 @@ def bucket(m: int, n: int, k: int) -> tuple[int, int, int]:
 
 def entry_key(device: str, cc: int, dtype: str, acc: str, layout: str, shape_bucket) -> str:
     return f"{device}|sm_{cc}|{dtype}|{acc}|{layout}|" + "x".join(f"2^{b}" for b in shape_bucket)
+
+
+def shape_key(device: str, cc: int, dtype: str, acc: str, layout: str, shape) -> str:
+    """The key of an entry that answers one shape first (the bucket's and the neighbours' come after)."""
+    return f"{device}|sm_{cc}|{dtype}|{acc}|{layout}|" + "x".join(str(int(d)) for d in shape)
 
 
 def default_acc(dtype: str) -> str:
@@ -149,11 +155,12 @@ def resolve(entry: dict, which: str = "variant") -> Variant | None:
         return None
     params = entry.get(prefix + "params") or {}
     family = entry.get(prefix + "family") or entry.get("family")
-    key = (name, family, entry.get("dtype"), entry.get("acc"), tuple(sorted(params.items())),
-           entry.get(prefix + "source_hash"))
+    # the variant's own accumulate type where it differs from the key's (an exact float32 kernel that won
+    # under TF32, which allows it, as the default's rules do)
+    acc = entry.get("variant_acc") or entry.get("acc")
+    key = (name, family, entry.get("dtype"), acc, tuple(sorted(params.items())), entry.get(prefix + "source_hash"))
     if key not in _valid:
-        _valid[key] = _rebuild(name, family, entry.get("dtype"), entry.get("acc"), params,
-                               entry.get(prefix + "source_hash"))
+        _valid[key] = _rebuild(name, family, entry.get("dtype"), acc, params, entry.get(prefix + "source_hash"))
     return _valid[key]
 
 
@@ -180,22 +187,22 @@ def _gain(entry: dict, which: str) -> float:
 
 def lookup_entry(device, dtype: str, acc: str | None, layout: str, m: int, n: int, k: int,
                  which: str = "variant", path=None) -> tuple[dict, Variant] | None:
-    """The entry (and its Variant) that covers this problem: the shape's own bucket, else the nearest tuned
-    shape within FALLBACK_RATIO per dimension whose winner beat the default by FALLBACK_MIN_GAIN."""
+    """The entry (and its Variant) that covers this problem: the shape's own, else its bucket's, else the
+    nearest tuned shape within FALLBACK_RATIO per dimension whose winner beat the default by FALLBACK_MIN_GAIN."""
     name, cc = device_key(device)
     acc = acc or default_acc(dtype)
     entries = _entries(path)
-    exact = entries.get(entry_key(name, cc, dtype, acc, layout, bucket(m, n, k)))
-    if exact is not None:
-        variant = resolve(exact, which)
+    for exact in (entries.get(shape_key(name, cc, dtype, acc, layout, (m, n, k))),
+                  entries.get(entry_key(name, cc, dtype, acc, layout, bucket(m, n, k)))):
+        variant = resolve(exact, which) if exact is not None else None
         if variant is not None:
             return exact, variant
     limit = math.log2(FALLBACK_RATIO)
     near = []
     for entry in entries.values():
         if (entry.get("device"), entry.get("cc"), entry.get("dtype"), entry.get("acc"), entry.get("layout")) \
-                != (name, cc, dtype, acc, layout) or entry is exact:
-            continue
+                != (name, cc, dtype, acc, layout):
+            continue  # (an exact entry that failed to resolve above fails again below)
         dist = _distance(entry, m, n, k)
         if dist[0] <= limit + 1e-9 and _gain(entry, which) >= FALLBACK_MIN_GAIN:
             near.append((dist, entry["key"], entry))

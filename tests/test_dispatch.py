@@ -1,13 +1,11 @@
 """Choosing the default variant per GPU and shape, without a GPU: tables, fall-through, every heuristic rule,
 the explanation and the `explain` command."""
 import dataclasses
-import fnmatch
-import re
 from pathlib import Path
 
 import pytest
 
-from cupy_gemm import api, big_tiles, cli, dispatch, registry, selection_tables
+from cupy_gemm import api, big_tiles, candidates, cli, dispatch, registry, selection_tables
 from cupy_gemm.dispatch import Gpu
 from cupy_gemm.errors import CatalogueError, DTypeError
 from fake_gpu import gpu  # noqa: F401  (the fixture)
@@ -269,12 +267,12 @@ def test_tf32_splits_k_reading_b_in_place():
 
 
 def test_the_table_script_times_the_split_k_candidates():
-    """.ci/dispatch-tables benchmarks the families the candidate lists draw from: its patterns cover every
+    """.ci/dispatch-tables benchmarks the default's candidates (candidates.toml's [timed]): they include every
     tf32 split-K entry, so a measured table can choose among them."""
     script = (Path(__file__).resolve().parent.parent / ".ci" / "dispatch-tables").read_text()  # the checkout's
-    patterns = re.findall(r"--variant '([^']+)'", script)
+    assert "--candidates" in script
     for name in dispatch.candidates()["split_k"]["tf32"]:
-        assert any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns), name
+        assert name in candidates.timed(), name
 
 
 def test_the_shipped_candidates_route_each_kind_of_shape():

@@ -12,7 +12,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cupy_gemm import api, dispatch, prepared  # noqa: E402
+from cupy_gemm import api, dispatch, prepared, registry  # noqa: E402
 from cupy_gemm.errors import DTypeError, InputError  # noqa: E402
 from cupy_gemm import launch  # noqa: E402
 from fake_gpu import gpu  # noqa: E402,F401  (the fixture)
@@ -228,3 +228,22 @@ def test_kept_launches_hold_no_arrays(gpu, monkeypatch, variant):
     (entry,) = prepared._entries.values()
     kept = [entry.direct[0].args, *entry.addresses.values()]
     assert not [x for args in kept for x in args if isinstance(x, cupy.ndarray)]
+
+
+def test_auto_answers_each_b_layout_from_its_own_entries(gpu, monkeypatch, tmp_path):
+    """Entries tuned on a column-major B (x @ W.T) serve such calls, the row-major ones the others."""
+    from cupy_gemm import tuning
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(tuning._devices, 0, ("Fake GPU", 90))
+    shape, chosen = (256, 512, 1024), {"row": TMA_KERNEL, "col": "hgemm_wgmma_kmajor_m64n256k16_stages3_ws2"}
+    for layout, name in chosen.items():
+        v = registry.lookup(name)
+        tuning.store([{"key": tuning.shape_key("Fake GPU", 90, "float16", "float32", layout, shape),
+                       "device": "Fake GPU", "cc": 90, "dtype": "float16", "acc": "float32", "layout": layout,
+                       "bucket": list(tuning.bucket(*shape)), "shape": list(shape), "variant": name,
+                       "family": v.family.name, "params": dict(v.params), "source_hash": tuning.source_hash(v),
+                       "time_ms": 0.01, "default_ms": 0.02}])
+    a = gpu.array((256, 1024), "float16")
+    api.matmul(a, gpu.array((1024, 512), "float16"), variant="auto")
+    api.matmul(a, gpu.array((512, 1024), "float16").T, variant="auto")
+    assert set(gpu.kernels) == set(chosen.values())

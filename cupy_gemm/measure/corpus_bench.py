@@ -45,10 +45,13 @@ class Settings:
     torch: bool = True  # compare with torch.matmul when PyTorch is importable
     seed: int = 0
     b_layout: str = "row"  # arrange.B_LAYOUTS: B stored K×N (x @ W), or the transpose of an N×K array (x @ W.T)
+    variant: str | None = None  # the path timed as ours: None, the default; "auto", the tuning database's choice
 
     def __post_init__(self):
         if self.b_layout not in B_LAYOUTS:
             raise ValueError(f"b_layout must be one of {', '.join(B_LAYOUTS)}, not {self.b_layout!r}")
+        if self.variant not in (None, api.AUTO):
+            raise ValueError(f"variant must be None (the default) or {api.AUTO!r}, not {self.variant!r}")
 
 
 def input_dtype(mode: str) -> str:
@@ -129,17 +132,19 @@ def candidates(mode: str, names: Iterable[str]) -> list[registry.Variant]:
 
 
 def _ours(sets, variants) -> tuple[dict, dict]:
-    """({key: plans} of the implementations that could be planned, {key: outcome} of all of them)."""
+    """({key: plans} of the implementations that could be planned, {key: outcome} of all of them). A
+    variant None (the default) or "auto" (the tuning database's choice) is keyed `ours`."""
     plans, outcomes = {}, {}
     for variant in variants:
-        key = "ours" if variant is None else variant.name
+        key = "ours" if variant is None or isinstance(variant, str) else variant.name
         try:
             plans[key] = [api.Plan(a, b, out=o, variant=variant) for a, b, o in sets]
         except CupyGemmError as e:  # a variant that cannot serve this shape is a finding, not a stop
             outcomes[key] = {"variant": key, "status": "invalid", "reason": f"{type(e).__name__}: {e}"}
             continue
         used = plans[key][0].variant
-        outcomes[key] = {"variant": getattr(used, "name", used), "status": "ok", "reason": ""}
+        outcomes[key] = {"variant": getattr(used, "name", used), "status": "ok", "reason": "",
+                         "default": variant is None}
     return plans, outcomes
 
 
@@ -178,13 +183,14 @@ def _first_calls(calls: dict, plans: dict, outcomes: dict, sets, mode: str, k: i
 def measure_shape(shape: Shape, mode: str, settings: Settings, bandwidth: float, ridge: float | None,
                   variants: list | None = None) -> list[dict]:
     """Records for one shape in one precision (inside precision(mode)): a `corpus` record for the
-    default path, or a `candidate` record per variant when `variants` is given."""
+    default path (settings.variant), or a `candidate` record per variant when `variants` is given (None
+    among them: the default path, its record marked `default`)."""
     import cupy
     itemsize = numpy_dtype(input_dtype(mode)).itemsize
     count = timing.rotation_count(records_.min_bytes(*shape.mnk, itemsize), timing.l2_bytes(cupy.cuda.Device().id))
     sets = operand_sets(shape.mnk, input_dtype(mode), count, settings.seed, settings.b_layout)
     calls = baseline_calls(sets, _torch() if settings.torch else None)
-    plans, outcomes = _ours(sets, [None] if variants is None else variants)
+    plans, outcomes = _ours(sets, [settings.variant] if variants is None else variants)
     calls.update(plans)
     errors, failures = _first_calls(calls, plans, outcomes, sets, mode, shape.k, settings.check)
     timed = {key: timing.Rotation(c) for key, c in calls.items()
@@ -228,10 +234,11 @@ def _check_streams() -> None:
 
 def run(shapes: list[Shape], dtypes: Iterable[str] = records_.DTYPES, *, variants: list[str] | None = None,
         settings: Settings = Settings(), progress: Callable[[str], None] | None = None,
-        command: str = "", checkpoint: Callable[[dict, list], None] | None = None) -> tuple[dict, list[dict]]:
+        command: str = "", checkpoint: Callable[[dict, list], None] | None = None,
+        with_default: bool = False) -> tuple[dict, list[dict]]:
     """(provenance, records) of the corpus benchmark on the current GPU; `progress` receives a line per
     measurement, `checkpoint` (provenance, records so far) after each shape, so that a run cut short
-    still leaves what it measured."""
+    still leaves what it measured. with_default: time the default path beside the `variants`."""
     import cupy
     say = progress or (lambda line: None)
     dtypes = list(dtypes)
@@ -250,7 +257,9 @@ def run(shapes: list[Shape], dtypes: Iterable[str] = records_.DTYPES, *, variant
         ridge = records_.ridge_point(meta["gpu"], mode, bandwidth)
         with precision(mode):
             for i, shape in enumerate(shapes, 1):
-                rows = measure_shape(shape, mode, settings, bandwidth, ridge, chosen.get(mode))
+                timed = chosen.get(mode)
+                rows = measure_shape(shape, mode, settings, bandwidth, ridge,
+                                     [None, *timed] if timed is not None and with_default else timed)
                 out += rows
                 for r in rows:
                     say(f"[{mode} {i}/{len(shapes)}] {shape.name} {shape.label}: {line(r)}")

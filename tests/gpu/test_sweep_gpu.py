@@ -99,3 +99,24 @@ def test_two_gpus_merge():
     ok = [r for r in result.kernels() if r.status == "ok"]
     assert len(ok) == 12 and {r.device for r in ok} == {0, 1}
     assert {b.device for b in result.baselines()} == {0, 1}
+
+
+def test_tune_the_defaults_candidates_then_auto(tmp_path, monkeypatch):
+    """`cupy-gemm tune`'s default mode at a ragged shape with B column-major (x @ W.T): the entry names the
+    fastest correct candidate or the default's choice, and matmul(variant="auto") on such a call runs it and
+    writes every element of a NaN-poisoned out correctly."""
+    from cupy_gemm.measure import corpus, corpus_bench, tune_candidates
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    m, n, k = 200, 1000, 1544
+    names = ["hgemm_wgmma_kmajor_m64n64k16_tile64x64_stages8_ws1_splitk",
+             "hgemm_wgmma_kmajor_m64n128k16_tile128x128_stages3_ws1", "hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk"]
+    (entry,) = tune_candidates.tune([corpus.Shape("ragged", "", "", m, n, k)], ["float16"], b_layout="col", names=names,
+                                    settings=corpus_bench.Settings(repeats=3, warmup_ms=2.0, max_seconds=0.5))
+    assert entry["layout"] == "col" and entry["default"] and entry["variant"] in names + [entry["default"]]
+    a = verify.random_operand((m, k), np.float16, 5)
+    w = verify.random_operand((n, k), np.float16, 6)
+    assert cupy_gemm.plan(a, w.T, variant="auto").variant.name == entry["variant"]
+    out = cupy.full((m, n), cupy.nan, dtype=cupy.float16)
+    cupy_gemm.matmul(a, w.T, variant="auto", out=out)
+    ref, scale = verify.reference(a, w.T)
+    assert verify.check(out, ref, scale, "float16", "float32", k).ok
