@@ -12,9 +12,10 @@ from .measure import corpus, corpus_bench, corpus_records
 from .present import corpus_tables
 
 
-def is_corpus(shapes: str) -> bool:
-    """llm, llm-small, llm-dense, unseen, or a subset of one: llm:MxNxK,…"""
-    return shapes.partition(":")[0] in corpus.CORPORA
+def is_corpus(args) -> bool:
+    """--shapes llm, llm-small, llm-dense, unseen, or a subset of one (llm:MxNxK,…); or any shapes with
+    --tuned or --candidates, which only the corpus benchmark times."""
+    return args.shapes.partition(":")[0] in corpus.CORPORA or args.tuned or args.candidates
 
 
 def run(args, console) -> int:
@@ -31,7 +32,7 @@ def run(args, console) -> int:
                                      torch=not args.no_torch, b_layout=args.b_layout,
                                      variant=api.AUTO if args.tuned else None)
     command = " ".join(["cupy-gemm", *sys.argv[1:]])
-    meta, rows = corpus_bench.run(corpus.shapes(args.shapes), dtypes, variants=_candidates(args), settings=settings,
+    meta, rows = corpus_bench.run(corpus.named_or_listed(args.shapes), dtypes, variants=_candidates(args), settings=settings,
                                   progress=console.print, command=command,
                                   checkpoint=lambda meta, rows: corpus_records.write(out, meta, rows))
     paths = corpus_records.write(out, meta, rows)

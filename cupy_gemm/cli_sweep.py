@@ -64,11 +64,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="corpus runs: B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W "
                         "stored N×K as linear layers keep it)")
     p.add_argument("--candidates", action="store_true",
-                   help="corpus runs: time the default's own candidates at each shape (candidates.toml's [timed]; "
-                        "--family/--variant narrow them) instead of the default")
+                   help="the corpus benchmark (also over --shapes MxNxK,…) of the default's own candidates at each "
+                        "shape (candidates.toml's [timed]; --family/--variant narrow them) instead of the default")
     p.add_argument("--tuned", action="store_true",
-                   help="corpus runs: time matmul(variant=\"auto\"), the tuning database's choice where it has one, "
-                        "instead of the default")
+                   help="the corpus benchmark (also over --shapes MxNxK,…) of matmul(variant=\"auto\"), the tuning "
+                        "database's choice, instead of the default")
     p.add_argument("--table", help="corpus runs with --candidates or --variant: write the fastest candidate per shape as a "
                    "dispatch table (kernels/dispatch/table-<gpu>.toml); with --b-layout col its entries "
                    "answer calls whose B is column-major")
@@ -269,7 +269,7 @@ def bench_variants(families=None, dtypes=None, globs=None) -> list[str]:
 
 
 def cmd_bench(args, console: Console) -> int:
-    if cli_corpus.is_corpus(args.shapes):
+    if cli_corpus.is_corpus(args):
         return cli_corpus.run(args, console)
     if args.quick:
         args.shapes, args.repeats, args.warmup_ms, args.max_seconds = "quick", 5, 5.0, 0.5

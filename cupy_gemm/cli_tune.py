@@ -7,7 +7,6 @@ import sys
 from . import devices, tuning
 from .measure import corpus, tune_candidates
 from .measure.corpus_bench import Settings
-from .measure.shapes import parse_shapes
 from .present import tables
 
 CATALOGUE_ONLY = ("devices", "scheduler")  # the catalogue mode measures on several GPUs; this one on the current
@@ -29,24 +28,13 @@ def mode_of(dtype: str, acc: str | None) -> str:
                      f"accumulation), float32 and tf32; tune others among a family's variants (--family)")
 
 
-def shapes(specs: list[str]) -> list[corpus.Shape]:
-    """--shape values: MxNxK lists, or a corpus (llm, llm-small, llm-dense, unseen; llm:MxNxK,… for some)."""
-    out: list[corpus.Shape] = []
-    for spec in specs:
-        if spec.partition(":")[0] in corpus.CORPORA:
-            out += corpus.shapes(spec)
-        else:
-            out += [corpus.Shape("x".join(map(str, mnk)), "", "", *mnk) for mnk in parse_shapes(spec)]
-    return list({s.mnk: s for s in out}.values())
-
-
 def run(args, console) -> int:
     given = [f"--{name}" for name in CATALOGUE_ONLY if getattr(args, name, None)]
     if given:
         raise ValueError(f"{', '.join(given)}: options of tuning over a family (--family or --variant); the "
                          f"default's candidates are timed on the current GPU")
     mode = mode_of(args.dtype, args.acc)
-    todo = shapes(args.shape)
+    todo = corpus.named_or_listed(args.shape)
     devices.gpu_count()  # no GPU: a DeviceError now, not a CUDA error from deep inside
     settings = Settings(repeats=args.repeats, warmup_ms=args.warmup_ms, max_seconds=args.max_seconds,
                         check=not args.no_check, seed=args.seed)

@@ -199,3 +199,16 @@ def shapes(name: str = "llm") -> list[Shape]:
         raise ValueError(f"{', '.join(unknown)}: not in the {name} corpus (its shapes: MxNxK, e.g. "
                          f"{chosen[0].label.replace('×', 'x')})")
     return [by_label[x] for x in subset.split(",")]
+
+
+def named_or_listed(specs: list[str] | str) -> list[Shape]:
+    """Corpora (`llm`, `llm:MxNxK,…`) and plain MxNxK lists, as Shapes (a listed one named by its size), in
+    order, each shape once: what `cupy-gemm tune` and `bench --tuned/--candidates` time."""
+    from .shapes import parse_shapes
+    out: list[Shape] = []
+    for spec in [specs] if isinstance(specs, str) else specs:
+        if spec.partition(":")[0] in CORPORA:
+            out += shapes(spec)
+        else:
+            out += [Shape("x".join(map(str, mnk)), "", "", *mnk) for mnk in parse_shapes(spec)]
+    return list({s.mnk: s for s in out}.values())

@@ -15,6 +15,7 @@ import datetime
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
 
 from .. import candidates, compile, registry, tuning
@@ -28,7 +29,8 @@ def tune(shapes: list[Shape], modes: Iterable[str], *, b_layout: str = "row",
          settings: corpus_bench.Settings | None = None, path=None, command: str = "",
          progress: Callable[[str], None] | None = None, names: list[str] | None = None) -> list[dict]:
     """Time the candidates (`names`, default candidates.timed()) at each shape in each mode (float16,
-    bfloat16, float32, tf32) and store an entry per shape and mode where one ran correctly; returns them."""
+    bfloat16, float32, tf32) and store an entry per shape and mode where one ran correctly, as each shape is
+    done (a run cut short keeps what it measured); returns them."""
     settings = dataclasses.replace(settings or corpus_bench.Settings(repeats=5, warmup_ms=10.0, max_seconds=1.0),
                                    torch=False, b_layout=b_layout, variant=None)
     names, modes = candidates.timed() if names is None else names, list(modes)
@@ -43,16 +45,15 @@ def tune(shapes: list[Shape], modes: Iterable[str], *, b_layout: str = "row",
         last = rows[-1]
         entry = entries(meta, [r for r in rows[seen["rows"]:] if r["kind"] == "candidate"])
         seen.update(rows=len(rows), shapes=seen["shapes"] + 1)
+        if entry:
+            tuning.store(entry, path)
         say(f"[{last['dtype']} {seen['shapes']}/{len(shapes) * len(modes)}] {last['name']} "
             f"{last['M']}×{last['N']}×{last['K']}: " + (summary(entry[0]) if entry else "no candidate ran correctly"))
 
     meta, records = corpus_bench.run(shapes, modes, variants=names, settings=settings, command=command,
                                      progress=lambda line: None if line.startswith("[") else say(line),
                                      checkpoint=shape_done, with_default=True)
-    found = entries(meta, records)
-    if found:
-        tuning.store(found, path)
-    return found
+    return entries(meta, records)
 
 
 def summary(entry: dict) -> str:
@@ -62,7 +63,7 @@ def summary(entry: dict) -> str:
     return f"{entry['variant']} {us:.1f} µs{versus}" + (f", {cupy_ms * 1e3 / us:.2f}× cupy.matmul" if cupy_ms else "")
 
 
-def compile_ahead(variants: list[registry.Variant], progress=None) -> None:
+def compile_ahead(variants: list[registry.Variant], say: Callable[[str], None]) -> None:
     """Compile the candidates for this GPU in parallel processes first (the disk cache then serves the
     timing's loads): a hundred NVRTC runs one by one would take minutes. Failures surface later, as the
     candidate's `invalid` record."""
@@ -75,10 +76,13 @@ def compile_ahead(variants: list[registry.Variant], progress=None) -> None:
         except CupyGemmError:
             continue  # does not run on this GPU: its Plan says so
     workers = max(1, min(32, (os.cpu_count() or 2) - 1))
-    if progress:
-        progress(f"compiling {len(jobs)} candidates in {workers} process{'es' if workers > 1 else ''}")
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(compile.compile_named, jobs))  # children must not inherit a CUDA context: spawn
+    say(f"compiling {len(jobs)} candidate{'s' if len(jobs) != 1 else ''} in {workers} "
+        f"process{'es' if workers > 1 else ''}")
+    try:  # children must not inherit a CUDA context: spawn
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(compile.compile_named, jobs))
+    except BrokenProcessPool as e:  # e.g. a __main__ that cannot be re-imported (python - < script)
+        say(f"no parallel compile ({e}): each candidate compiles when first timed")
 
 
 def entries(meta: dict, records: list[dict]) -> list[dict]:

@@ -4,8 +4,8 @@ import argparse
 
 import pytest
 
-from cupy_gemm import candidates, cli_tune, registry, tuning
-from cupy_gemm.measure import tune_candidates
+from cupy_gemm import candidates, cli_corpus, cli_tune, registry, tuning
+from cupy_gemm.measure import corpus, tune_candidates
 
 GPU = {"name": "Fake GPU", "compute_capability": "90"}
 DEVICE = ("Fake GPU", 90)
@@ -88,10 +88,14 @@ def test_the_command_line_of_the_default_mode():
     for dtype, acc in (("float16", "float16"), ("float32", "3xtf32")):
         with pytest.raises(ValueError, match="--family"):
             cli_tune.mode_of(dtype, acc)
-    shapes = cli_tune.shapes(["unseen:32x3584x3584,256x3584x3584", "32x3584x3584,64"])
+    shapes = corpus.named_or_listed(["unseen:32x3584x3584,256x3584x3584", "32x3584x3584,64"])
     assert [s.mnk for s in shapes] == [(32, 3584, 3584), (256, 3584, 3584), (64, 64, 64)]
     args = argparse.Namespace(family=None, variant=None, sweep=None, set=None, grid=None)
     assert cli_tune.wanted(args) and not cli_tune.wanted(argparse.Namespace(**{**vars(args), "family": ["wgmma"]}))
+    # bench: plain shapes go to the seed-style benchmark, unless --tuned or --candidates asks for the corpus one
+    bench = argparse.Namespace(shapes="32x3584x3584", tuned=False, candidates=False)
+    assert not cli_corpus.is_corpus(bench) and cli_corpus.is_corpus(argparse.Namespace(**{**vars(bench), "tuned": True}))
+    assert cli_corpus.is_corpus(argparse.Namespace(**{**vars(bench), "shapes": "unseen"}))
 
 
 def test_tune_stores_the_winners_and_says_one_line_a_shape(db, monkeypatch):
