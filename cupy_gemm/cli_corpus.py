@@ -14,8 +14,8 @@ from .present import corpus_tables
 
 def is_corpus(args) -> bool:
     """--shapes llm, llm-small, llm-dense, unseen, or a subset of one (llm:MxNxK,…); or any shapes with
-    --tuned or --candidates, which only the corpus benchmark times."""
-    return args.shapes.partition(":")[0] in corpus.CORPORA or args.tuned or args.candidates
+    --default, --tuned or --candidates, which only the corpus benchmark times."""
+    return args.shapes.partition(":")[0] in corpus.CORPORA or args.default or args.tuned or args.candidates
 
 
 def run(args, console) -> int:

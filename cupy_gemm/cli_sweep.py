@@ -63,12 +63,15 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--b-layout", choices=B_LAYOUTS, default="row",
                    help="corpus runs: B row-major (x @ W, W stored K×N; the default) or column-major (x @ W.T, W "
                         "stored N×K as linear layers keep it)")
-    p.add_argument("--candidates", action="store_true",
-                   help="the corpus benchmark (also over --shapes MxNxK,…) of the default's own candidates at each "
-                        "shape (candidates.toml's [timed]; --family/--variant narrow them) instead of the default")
-    p.add_argument("--tuned", action="store_true",
-                   help="the corpus benchmark (also over --shapes MxNxK,…) of matmul(variant=\"auto\"), the tuning "
-                        "database's choice, instead of the default")
+    path = p.add_mutually_exclusive_group()  # what the corpus benchmark times as ours; each also over MxNxK lists
+    path.add_argument("--default", action="store_true",
+                      help="the corpus benchmark of the default path (what a corpus gets anyway) over --shapes MxNxK,…")
+    path.add_argument("--tuned", action="store_true",
+                      help="the corpus benchmark (also over --shapes MxNxK,…) of matmul(variant=\"auto\"), the "
+                           "tuning database's choice, instead of the default")
+    path.add_argument("--candidates", action="store_true",
+                      help="the corpus benchmark (also over --shapes MxNxK,…) of the default's own candidates at each "
+                           "shape (candidates.toml's [timed]; --family/--variant narrow them) instead of the default")
     p.add_argument("--table", help="corpus runs with --candidates or --variant: write the fastest candidate per shape as a "
                    "dispatch table (kernels/dispatch/table-<gpu>.toml); with --b-layout col its entries "
                    "answer calls whose B is column-major")

@@ -47,8 +47,10 @@ def tune(shapes: list[Shape], modes: Iterable[str], *, b_layout: str = "row",
         seen.update(rows=len(rows), shapes=seen["shapes"] + 1)
         if entry:
             tuning.store(entry, path)
-        say(f"[{last['dtype']} {seen['shapes']}/{len(shapes) * len(modes)}] {last['name']} "
-            f"{last['M']}×{last['N']}×{last['K']}: " + (summary(entry[0]) if entry else "no candidate ran correctly"))
+        size = f"{last['M']}x{last['N']}x{last['K']}"
+        where = size if last["name"] == size else f"{last['name']} {size}"  # a listed shape is named by its size
+        say(f"[{last['dtype']} {seen['shapes']}/{len(shapes) * len(modes)}] {where}: "
+            + (summary(entry[0]) if entry else "no candidate ran correctly"))
 
     meta, records = corpus_bench.run(shapes, modes, variants=names, settings=settings, command=command,
                                      progress=lambda line: None if line.startswith("[") else say(line),

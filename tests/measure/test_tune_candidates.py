@@ -92,9 +92,11 @@ def test_the_command_line_of_the_default_mode():
     assert [s.mnk for s in shapes] == [(32, 3584, 3584), (256, 3584, 3584), (64, 64, 64)]
     args = argparse.Namespace(family=None, variant=None, sweep=None, set=None, grid=None)
     assert cli_tune.wanted(args) and not cli_tune.wanted(argparse.Namespace(**{**vars(args), "family": ["wgmma"]}))
-    # bench: plain shapes go to the seed-style benchmark, unless --tuned or --candidates asks for the corpus one
-    bench = argparse.Namespace(shapes="32x3584x3584", tuned=False, candidates=False)
+    # bench: plain shapes go to the seed-style benchmark, unless --default, --tuned or --candidates asks for the
+    # corpus one
+    bench = argparse.Namespace(shapes="32x3584x3584", default=False, tuned=False, candidates=False)
     assert not cli_corpus.is_corpus(bench) and cli_corpus.is_corpus(argparse.Namespace(**{**vars(bench), "tuned": True}))
+    assert cli_corpus.is_corpus(argparse.Namespace(**{**vars(bench), "default": True}))
     assert cli_corpus.is_corpus(argparse.Namespace(**{**vars(bench), "shapes": "unseen"}))
 
 
