@@ -19,7 +19,7 @@ def is_corpus(args) -> bool:
 
 
 def run(args, console) -> int:
-    """Called by cmd_bench when --shapes names a corpus. --dtype takes float16, bfloat16, float32, tf32;
+    """Called by cmd_bench for a corpus (is_corpus). --dtype takes float16, bfloat16, float32, tf32;
     --candidates, --family and --variant name candidates to time per shape instead of the default
     (dispatch tables); --tuned times matmul(variant="auto") instead of the default."""
     dtypes = args.dtype or list(corpus_records.DTYPES)
@@ -32,8 +32,8 @@ def run(args, console) -> int:
                                      torch=not args.no_torch, b_layout=args.b_layout,
                                      variant=api.AUTO if args.tuned else None)
     command = " ".join(["cupy-gemm", *sys.argv[1:]])
-    meta, rows = corpus_bench.run(corpus.named_or_listed(args.shapes), dtypes, variants=_candidates(args), settings=settings,
-                                  progress=console.print, command=command,
+    meta, rows = corpus_bench.run(corpus.named_or_listed(args.shapes), dtypes, variants=_candidates(args),
+                                  settings=settings, progress=console.print, command=command,
                                   checkpoint=lambda meta, rows: corpus_records.write(out, meta, rows))
     paths = corpus_records.write(out, meta, rows)
     (out / "corpus.md").write_text(corpus_tables.markdown(meta, rows))

@@ -65,15 +65,17 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "stored N×K as linear layers keep it)")
     path = p.add_mutually_exclusive_group()  # what the corpus benchmark times as ours; each also over MxNxK lists
     path.add_argument("--default", action="store_true",
-                      help="the corpus benchmark of the default path (what a corpus gets anyway) over --shapes MxNxK,…")
+                      help="the corpus benchmark of the default path (what a corpus gets anyway) over --shapes "
+                           "MxNxK,…")
     path.add_argument("--tuned", action="store_true",
                       help="the corpus benchmark (also over --shapes MxNxK,…) of matmul(variant=\"auto\"), the "
                            "tuning database's choice, instead of the default")
     path.add_argument("--candidates", action="store_true",
-                      help="the corpus benchmark (also over --shapes MxNxK,…) of the default's own candidates at each "
-                           "shape (candidates.toml's [timed]; --family/--variant narrow them) instead of the default")
-    p.add_argument("--table", help="corpus runs with --candidates or --variant: write the fastest candidate per shape as a "
-                   "dispatch table (kernels/dispatch/table-<gpu>.toml); with --b-layout col its entries "
+                      help="the corpus benchmark (also over --shapes MxNxK,…) of the default's own candidates at "
+                           "each shape (candidates.toml's [timed]; --family/--variant narrow them) instead of the "
+                           "default")
+    p.add_argument("--table", help="corpus runs with --candidates or --variant: write the fastest candidate per "
+                   "shape as a dispatch table (kernels/dispatch/table-<gpu>.toml); with --b-layout col its entries "
                    "answer calls whose B is column-major")
     p.add_argument("--quick", action="store_true",
                    help="a short run: the 'quick' shapes (1024³, 4096³), 5 repeats, 5 ms warm-up")

@@ -140,7 +140,8 @@ def tuned_table(entries, title: str) -> Table:
     table = new_table(title, ("shape", "winner", "µs", "default's choice", "µs ", "× default", "× cupy.matmul"),
                       left=("shape", "winner", "default's choice"))
     for e in entries:
-        us, default_us, cupy_us = (e[key] * 1e3 if e.get(key) else None for key in ("time_ms", "default_ms", "cublas_ms"))
+        us, default_us, cupy_us = (e[key] * 1e3 if e.get(key) else None
+                                   for key in ("time_ms", "default_ms", "cublas_ms"))
         table.add_row("x".join(map(str, e["shape"])), Text(e["variant"]), fmt(us, ".1f"), Text(e["default"]),
                       fmt(default_us, ".1f"), fmt(default_us / us if default_us else None, ".2f"),
                       fmt(cupy_us / us if cupy_us else None, ".2f"))

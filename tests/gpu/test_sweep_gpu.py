@@ -109,7 +109,8 @@ def test_tune_the_defaults_candidates_then_auto(tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
     m, n, k = 200, 1000, 1544
     names = ["hgemm_wgmma_kmajor_m64n64k16_tile64x64_stages8_ws1_splitk",
-             "hgemm_wgmma_kmajor_m64n128k16_tile128x128_stages3_ws1", "hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk"]
+             "hgemm_wgmma_kmajor_m64n128k16_tile128x128_stages3_ws1",
+             "hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk"]
     (entry,) = tune_candidates.tune([corpus.Shape("ragged", "", "", m, n, k)], ["float16"], b_layout="col", names=names,
                                     settings=corpus_bench.Settings(repeats=3, warmup_ms=2.0, max_seconds=0.5))
     assert entry["layout"] == "col" and entry["default"] and entry["variant"] in names + [entry["default"]]
