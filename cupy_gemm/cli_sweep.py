@@ -16,6 +16,7 @@ from rich.live import Live
 
 from . import cli_corpus, cli_tune, config, registry, tuning
 from .arrange import B_LAYOUTS
+from .cli import DTYPE_ALIASES
 from .cli_output import FAILED, USAGE, fail
 from .errors import CompilerNotFoundError, CupyGemmError, DeviceError
 from .measure import grids, provenance, results, shapes as shapes_mod, space, sweep
@@ -134,6 +135,9 @@ def run_command(args) -> int:
     """Run a parsed command; errors become one `error: …` line on stderr (cli_output.fail)."""
     console = Console(markup=False, highlight=False)  # user text is text: styles come as rich.text.Text
     handler = {"sweep": cmd_sweep, "bench": cmd_bench, "tune": cmd_tune, "report": cmd_report}[args.command]
+    if getattr(args, "dtype", None):  # fp16, half, bf16, fp32 and float, as every command takes them
+        canonical = lambda d: DTYPE_ALIASES.get(d.lower(), d.lower())
+        args.dtype = [canonical(d) for d in args.dtype] if isinstance(args.dtype, list) else canonical(args.dtype)
     try:
         return handler(args, console)
     except (DeviceError, CompilerNotFoundError) as e:  # the machine cannot do the work

@@ -116,3 +116,10 @@ def test_report_markdown_merges_files(tmp_path, capsys):
     assert "Measured on NVIDIA H200" in out and "### naive" in out and "### cuBLAS" in out
     assert "| `sgemm_naive_f32` | float32 / float32 | 6.0 (18%) | 6.4 (13%) |" in out
     assert out.index("### naive") < out.index("### cuBLAS")
+
+
+def test_sweep_bench_and_tune_take_the_dtype_aliases():
+    """--dtype fp16 (half, bf16, fp32, float) means what it means for list and explain: here tune's default
+    mode names the canonical dtype in its refusal of an accumulate type it does not serve."""
+    _one_error_line(run("tune", "--shape", "64", "--dtype", "fp16", "--acc", "float16"), 2,
+                    "--dtype float16 --acc float16")
