@@ -20,13 +20,12 @@ from rich.table import Table
 from rich.text import Text
 
 from . import api, cli_cache, cli_explain, compile as compile_mod, config, registry, toolkit
-from .cli_output import fail
+from .cli_output import DTYPE_ALIASES, fail
 from .errors import CompileError, CompilerNotFoundError, CupyGemmError, UsageError
 from .measure.shapes import parse_shape
 from .version import __version__
 
 # the names people also call the dtypes; the catalogue's own names are numpy's
-DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
 # a failure of the work (exit 1) rather than of what the user asked for (exit 2)
 WORK_FAILURES = (CompileError, CompilerNotFoundError)
 _ARCH = re.compile(r"(sm|compute)_(\d+)a?")

@@ -1,12 +1,13 @@
-"""How every `cupy-gemm` command reports an error: one line on stderr, `error: …`, as plain text (never rich
-markup, so brackets in names and install hints survive), and an exit code: 2 for usage and input errors,
-1 for failures of the work."""
+"""What every `cupy-gemm` command shares: how it reports an error, one line on stderr, `error: …`, as plain
+text (never rich markup, so brackets in names and install hints survive), and an exit code: 2 for usage and
+input errors, 1 for failures of the work; and the other spellings of the dtypes it takes."""
 from __future__ import annotations
 
 import sys
 
 USAGE = 2  # the command line or an input file is wrong
 FAILED = 1  # the work could not be done (no GPU, a scheduler out of reach, …)
+DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
 
 
 def fail(message: str, code: int) -> int:

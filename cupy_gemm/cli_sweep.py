@@ -16,8 +16,7 @@ from rich.live import Live
 
 from . import cli_corpus, cli_tune, config, registry, tuning
 from .arrange import B_LAYOUTS
-from .cli import DTYPE_ALIASES
-from .cli_output import FAILED, USAGE, fail
+from .cli_output import DTYPE_ALIASES, FAILED, USAGE, fail
 from .errors import CompilerNotFoundError, CupyGemmError, DeviceError
 from .measure import grids, provenance, results, shapes as shapes_mod, space, sweep
 from .measure.runner import runner_for
