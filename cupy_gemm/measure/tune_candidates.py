@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
@@ -23,6 +22,7 @@ from ..errors import CupyGemmError
 from ..version import __version__
 from . import corpus_bench
 from .corpus import Shape
+from .pool import cpu_count
 
 
 def tune(shapes: list[Shape], modes: Iterable[str], *, b_layout: str = "row",
@@ -37,7 +37,7 @@ def tune(shapes: list[Shape], modes: Iterable[str], *, b_layout: str = "row",
     say = progress or (lambda line: None)
     compile_ahead([v for mode in modes for v in corpus_bench.candidates(mode, names)], say)
 
-    seen = {"rows": 0, "shapes": 0}
+    seen, stored = {"rows": 0, "shapes": 0}, []
 
     def shape_done(meta, rows):  # after each shape (and again after each mode): one line a shape
         if len(rows) == seen["rows"]:
@@ -47,15 +47,16 @@ def tune(shapes: list[Shape], modes: Iterable[str], *, b_layout: str = "row",
         seen.update(rows=len(rows), shapes=seen["shapes"] + 1)
         if entry:
             tuning.store(entry, path)
+            stored.extend(entry)
         size = f"{last['M']}x{last['N']}x{last['K']}"
         where = size if last["name"] == size else f"{last['name']} {size}"  # a listed shape is named by its size
         say(f"[{last['dtype']} {seen['shapes']}/{len(shapes) * len(modes)}] {where}: "
             + (summary(entry[0]) if entry else "no candidate ran correctly"))
 
-    meta, records = corpus_bench.run(shapes, modes, variants=names, settings=settings, command=command,
-                                     progress=lambda line: None if line.startswith("[") else say(line),
-                                     checkpoint=shape_done, with_default=True)
-    return entries(meta, records)
+    corpus_bench.run(shapes, modes, variants=names, settings=settings, command=command,
+                     progress=lambda line: None if line.startswith("[") else say(line),
+                     checkpoint=shape_done, with_default=True)
+    return stored
 
 
 def summary(entry: dict) -> str:
@@ -77,7 +78,7 @@ def compile_ahead(variants: list[registry.Variant], say: Callable[[str], None]) 
             jobs.append((v.name, compile.arch_for(v, int(cc))))
         except CupyGemmError:
             continue  # does not run on this GPU: its Plan says so
-    workers = max(1, min(32, (os.cpu_count() or 2) - 1))
+    workers = max(1, min(32, cpu_count() - 1))  # one CPU left to drive the GPU
     say(f"compiling {len(jobs)} candidate{'s' if len(jobs) != 1 else ''} in {workers} "
         f"process{'es' if workers > 1 else ''}")
     try:  # children must not inherit a CUDA context: spawn
@@ -106,18 +107,19 @@ def entries(meta: dict, records: list[dict]) -> list[dict]:
         best = min(timed, key=lambda r: r["ours_us"])
         default = next((r for r in timed if r.get("default")), None)
         v = registry.lookup(best["variant"])
+        source_hash = tuning.source_hash(v)
         dtype, acc = corpus_bench.input_dtype(mode), "tf32" if mode == "tf32" else "float32"
         entry = {"key": tuning.shape_key(name, cc, dtype, acc, layout, (m, n, k)), "device": name, "cc": cc,
                  "dtype": dtype, "acc": acc, "layout": layout, "bucket": list(tuning.bucket(m, n, k)),
                  "shape": [m, n, k], "variant": v.name, "family": v.family.name, "params": dict(v.params),
-                 "source_hash": tuning.source_hash(v), "time_ms": best["ours_us"] / 1e3,
+                 "source_hash": source_hash, "time_ms": best["ours_us"] / 1e3,
                  "time_q1_ms": None, "time_q3_ms": None,
                  "default": default["variant"] if default else "",
                  "default_ms": default["ours_us"] / 1e3 if default else None,
                  "cublas": "cupy.matmul", "cublas_ms": best["cupy_us"] / 1e3 if best.get("cupy_us") else None,
                  "tuned_at": tuned_at, "cupy_gemm": __version__,
                  "catalogue_variant": v.name, "catalogue_family": v.family.name,
-                 "catalogue_params": dict(v.params), "catalogue_source_hash": tuning.source_hash(v),
+                 "catalogue_params": dict(v.params), "catalogue_source_hash": source_hash,
                  "catalogue_ms": best["ours_us"] / 1e3}
         if v.acc != acc:
             entry["variant_acc"] = v.acc  # an exact float32 kernel that won under TF32
