@@ -16,7 +16,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 DTYPE_KEYS = ("float32", "tf32", "3xtf32", "float16", "bfloat16")
-ROLES = ("default", "skinny", "split_k", "small_tile", "unaligned")
+ROLES = ("default", "skinny", "one_wave", "split_k", "small_tile", "unaligned")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,21 @@ def _units_and_slots(v: Variant, m: int, n: int, sm_count: int) -> tuple[int, in
     return -(-m // v.family.cluster_rows(v.params)) * -(-n // bn), max(1, sm_count // cluster)
 
 
+# Clusters that run at once, as a share of sm_count // size: a cluster lives in one GPC, so larger ones leave
+# SMs over (cuOccupancyMaxActiveClusters on the H100, one block an SM: 66 of two, 30 of four)
+CLUSTER_SLOT_SHARE = {1: 1.0, 2: 1.0, 4: 30 / 33}
+
+
+def one_wave_blocks(v: Variant, m: int, n: int, sm_count: int) -> int:
+    """The blocks of a persistent v's tiles at m×n where they take one wave on sm_count SMs and no cluster
+    stands taller than M (its blocks below M would idle), else 0."""
+    cluster = v.family.cluster(v.params)
+    units = _units_and_slots(v, m, n, sm_count)[0]
+    if v.family.cluster_rows(v.params) > m or units > int(sm_count // cluster * CLUSTER_SLOT_SHARE.get(cluster, 0)):
+        return 0
+    return units * cluster
+
+
 def waves(v: Variant, m: int, n: int, sm_count: int) -> int:
     """How many rounds of tiles a persistent v's blocks take at m×n on sm_count SMs."""
     units, slots = _units_and_slots(v, m, n, sm_count)

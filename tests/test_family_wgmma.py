@@ -278,6 +278,31 @@ def test_kmajor_clusters_share_rows_of_b():
     assert e.value.param == "CLUSTER"
 
 
+def test_clusters_of_four_share_rows_of_k_where_the_boxes_do_not_divide():
+    """An N-major B stage of 64×192 has three boxes: four blocks each multicast 16 rows of k of all three,
+    and B's map boxes are that tall; where the boxes divide (128×256 in fours) each takes whole boxes."""
+    from cupy_gemm.families import wgmma
+    v = catalogue()["hgemm_wgmma_m64n192k16_tile64x192_stages6_ws1_cluster4"]
+    src = render(v)
+    assert "constexpr int B_SHARE_K = B_KMAJOR || B_BOXES % CLUSTER == 0 ? BK : BK / CLUSTER;" in src
+    assert "kb * BK + k_row, (1 << CLUSTER) - 1" in src
+    seen = []
+    real = tma.tensor_map_2d
+    try:
+        tma.tensor_map_2d = lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128
+        Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
+        for params, box_rows in ((v.params, 16), ({**catalogue()[FLAGSHIP].params, "CLUSTER": 4}, 64)):
+            wgmma.make_args(make_variant(WGMMA, "c4", "float16", params), Fake, Fake, Fake,
+                            300, 1000, 4096, 4096, 1000, 1000, 1.0, 0.0)
+            assert (seen[1]["rows"], seen[1]["box_rows"], seen[1]["box_cols"]) == (4096, box_rows, 64)
+            seen.clear()
+    finally:
+        tma.tensor_map_2d = real
+    with pytest.raises(ConfigError, match="1 with split-K or PINGPONG") as e:
+        make_variant(WGMMA, "c4s", "float16", {**v.params, "SPLIT_K": 0})
+    assert e.value.param == "CLUSTER"
+
+
 def test_kmajor_tensor_map_is_over_b_transposed_in_cluster_shares():
     from cupy_gemm.families import wgmma
     seen = []

@@ -136,20 +136,16 @@ def _cluster_walk(p):
         yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
 
 
+def _b_share_k(p, dtype: str) -> int:
+    """Rows of k of every box of an N-major B stage that each block of a cluster multicasts: all BK where the
+    boxes divide among the blocks (each takes whole ones), else BK / CLUSTER (64×192 tiles in fours)."""
+    return p["BK"] if (p["BN"] // _elems_per_row(dtype)) % p["CLUSTER"] == 0 else p["BK"] // p["CLUSTER"]
+
+
 def _rule_cluster(p, dtype, acc):
-    if p["CLUSTER"] == 1:
-        return
-    yield from _cluster_walk(p)
-    b_boxes = (p["BK"] if dtype == "float32" else p["BN"]) // _elems_per_row(dtype)
-    if b_boxes % p["CLUSTER"]:
-        yield ConfigError("CLUSTER", p["CLUSTER"], f"a divisor of the {b_boxes} TMA boxes of a B stage "
-                          f"({'BK' if dtype == 'float32' else 'BN'} / {_elems_per_row(dtype)}): each block "
-                          f"multicasts an equal share")
-
-
-def _rule_cluster_kmajor(p, dtype, acc):
-    """A K-major B: the cluster's blocks each multicast BN / CLUSTER rows of n of every box, whole 8-row
-    swizzle atoms since BN is a multiple of 64 (_rule_tiles), so any number of k boxes will do."""
+    """The blocks of a cluster multicast equal shares of each B stage in whole 8-row swizzle atoms: an
+    N-major B's whole boxes or BK / CLUSTER rows of k of each (BK a multiple of 64), a K-major B's BN /
+    CLUSTER rows of n of each (BN a multiple of 32, _rule_tiles), with CLUSTER at most 4 (its choices)."""
     if p["CLUSTER"] != 1:
         yield from _cluster_walk(p)
 
@@ -183,7 +179,8 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     # K-major B: a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters);
     # a tile wider than 256 rows of n (the most one copy moves) takes them in two copies (B_COPY_ROWS)
     b_share = p["BN"] // p.get("CLUSTER", 1)
-    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, p["BK"],
+    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n,
+                                         _b_share_k(p, dtype) if p.get("CLUSTER", 1) > 1 else p["BK"],
                                          b_share // 2 if b_share > 256 else b_share)
     maps = ((A, operand, m, k, lda, p["BM"], row, size), (B, operand, b_rows, b_cols, ldb, b_box, row, size),
             (C, out, m, n, ldc, C_BOX_ROWS, c_row, c_size))
@@ -243,7 +240,7 @@ def _params(bk_choices: tuple[int, ...], bk_default: int, bn_most: int = 256) ->
         Param("EPI_BOXES", 2, "C staging boxes (64 rows × 128 bytes) per consumer for the TMA-store epilogue: "
               "a box is refilled once the store that read it is done", lo=2, hi=8),
         Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
-              "fills (templates/common/cluster.cuh)", choices=(1, 2)),
+              "fills (templates/common/cluster.cuh)", choices=(1, 2, 4)),
         Param("KCLUSTER", 1, "blocks per cluster that share one tile along K, their fp32 partials summed "
               "through distributed shared memory (templates/common/cluster_split_k.cuh); 1 = off", lo=1, hi=8),
         Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh), the shared tiles summed as split-K sums "
@@ -315,8 +312,7 @@ WGMMA_KMAJOR = Family(
     params=_params((64, 128), 64, bn_most=384),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
     b_layout="col",
-    **{**_COMMON, "rules": (_rule_tiles, _registers_rule(192), _rule_cluster_kmajor,
-                                                _rule_kcluster, _rule_stream_k)},
+    **_COMMON,
 )
 
 FAMILIES = (WGMMA, WGMMA_TF32, WGMMA_TF32_ROWB, WGMMA_KMAJOR)

@@ -58,9 +58,10 @@ CLUSTERED = [n for n in NAMES if registry.lookup(n).params["CLUSTER"] > 1]
 
 @pytest.mark.parametrize("name", CLUSTERED)
 def test_clusters_with_a_half_below_m_and_many_tiles_per_cluster(name):
-    """Clusters of two blocks share B stages: with an odd number of row tiles the last cluster's second
-    half lies below M (loads zeros, stores nothing); 4100×3000 gives each cluster several tiles; beta
-    takes the register epilogue; repeats are bitwise identical."""
+    """Clusters of two or four blocks share B stages (whole boxes, or with four blocks and three boxes 16
+    rows of k each): with 3 row tiles and a bit the last cluster's blocks lie partly or wholly below M (load
+    zeros, store nothing); 4100×3000 gives each cluster several tiles; beta takes the register epilogue;
+    repeats are bitwise identical."""
     _needs_bf16(name)
     bm = registry.lookup(name).params["BM"]
     for m, n, k in ((3 * bm + 5, 520, 200), (4100, 3000, 1000), (bm + 1, 4096, 64)):
