@@ -8,6 +8,7 @@ import sys
 
 from . import dispatch
 from .arrange import B_LAYOUTS
+from .cli_output import DTYPE_ALIASES
 from .errors import CupyGemmError
 from .measure.shapes import parse_shape
 
@@ -16,7 +17,8 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("explain", help="which variant the default picks for a shape, and why")
     p.add_argument("shape", help="MxNxK (or one size for a cube)")
     p.add_argument("--dtype", default="float32",
-                   help="float32, float16, bfloat16, or tf32 (float32 under CUPY_TF32=1); default float32")
+                   help="float32, float16, bfloat16 (or fp32, float, fp16, half, bf16), or tf32 (float32 under "
+                        "CUPY_TF32=1); default float32")
     p.add_argument("--precision", choices=("fp32", "tf32", "3xtf32"),
                    help="float32 only: as matmul's precision= (3xtf32: fp32-accurate on Hopper tensor cores)")
     p.add_argument("--gpu", help='the GPU\'s name as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3" (with --cc: '
@@ -33,7 +35,8 @@ def run(args) -> int:
         if (args.gpu is None) != (args.cc is None):
             raise ValueError("--gpu and --cc go together (both name a GPU that need not be present)")
         device = (args.gpu, args.cc) if args.gpu is not None else None
-        print(dispatch.explain(args.dtype, m, n, k, device, args.precision, args.b_layout), end="")
+        dtype = DTYPE_ALIASES.get(args.dtype.lower(), args.dtype)
+        print(dispatch.explain(dtype, m, n, k, device, args.precision, args.b_layout), end="")
         return 0
     except (CupyGemmError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

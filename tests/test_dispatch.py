@@ -236,7 +236,8 @@ def test_one_wave_of_whole_k_tiles_in_clusters(m, n, chosen):
     if chosen:
         assert decision.variant == chosen and "one wave of" in decision.reason
     else:
-        assert "one wave" not in decision.reason and decision.variant not in candidates.candidates()["one_wave"]["float16"]
+        assert "one wave" not in decision.reason
+        assert decision.variant not in candidates.candidates()["one_wave"]["float16"]
 
 
 def test_shallow_k_on_an_idle_gpu_takes_a_smaller_tile(roles):
@@ -451,6 +452,9 @@ def test_explain_names_the_choice_and_the_reason(table):
 def test_explain_command(table, capsys):
     assert cli.main(["explain", "16x4096x4096", "--dtype", "float16", "--gpu", H100.name, "--cc", "90"]) == 0
     assert f"variant: {WGMMA}" in capsys.readouterr().out
+    for alias, dtype in (("fp16", "float16"), ("half", "float16"), ("bf16", "bfloat16"), ("fp32", "float32")):
+        assert cli.main(["explain", "64", "--dtype", alias, "--gpu", H100.name, "--cc", "90"]) == 0
+        assert capsys.readouterr().out.startswith(f"{dtype} 64×64×64")
     assert cli.main(["explain", "16x4096", "--gpu", H100.name, "--cc", "90"]) == 2
     assert capsys.readouterr().err.startswith("error: shape")
     assert cli.main(["explain", "64", "--dtype", "float64", "--gpu", H100.name, "--cc", "90"]) == 2
