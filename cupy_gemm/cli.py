@@ -20,12 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import api, cli_cache, cli_explain, compile as compile_mod, config, registry, toolkit
-from .cli_output import DTYPE_ALIASES, fail
+from .cli_output import DTYPE_ALIASES, dtype_name, fail
 from .errors import CompileError, CompilerNotFoundError, CupyGemmError, UsageError
 from .measure.shapes import parse_shape
 from .version import __version__
 
-# the names people also call the dtypes; the catalogue's own names are numpy's
 # a failure of the work (exit 1) rather than of what the user asked for (exit 2)
 WORK_FAILURES = (CompileError, CompilerNotFoundError)
 _ARCH = re.compile(r"(sm|compute)_(\d+)a?")
@@ -38,7 +37,7 @@ def _plural(n: int, word: str, many: str | None = None) -> str:
 # ---- argument types: a bad value becomes argparse's usage error (exit 2), not a traceback ---------------
 
 def _dtype_arg(text: str) -> str:
-    name = DTYPE_ALIASES.get(text.lower(), text.lower())
+    name = dtype_name(text)
     known = sorted({v.dtype for v in registry.catalogue().values()})
     if name not in known:
         aliases = ", ".join(f"{a}={d}" for a, d in DTYPE_ALIASES.items())

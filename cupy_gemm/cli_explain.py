@@ -8,7 +8,7 @@ import sys
 
 from . import dispatch
 from .arrange import B_LAYOUTS
-from .cli_output import DTYPE_ALIASES
+from .cli_output import dtype_name
 from .errors import CupyGemmError
 from .measure.shapes import parse_shape
 
@@ -35,8 +35,7 @@ def run(args) -> int:
         if (args.gpu is None) != (args.cc is None):
             raise ValueError("--gpu and --cc go together (both name a GPU that need not be present)")
         device = (args.gpu, args.cc) if args.gpu is not None else None
-        dtype = DTYPE_ALIASES.get(args.dtype.lower(), args.dtype)
-        print(dispatch.explain(dtype, m, n, k, device, args.precision, args.b_layout), end="")
+        print(dispatch.explain(dtype_name(args.dtype), m, n, k, device, args.precision, args.b_layout), end="")
         return 0
     except (CupyGemmError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -7,7 +7,13 @@ import sys
 
 USAGE = 2  # the command line or an input file is wrong
 FAILED = 1  # the work could not be done (no GPU, a scheduler out of reach, …)
+# the names people also call the dtypes; the catalogue's own names are numpy's
 DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+
+
+def dtype_name(text: str) -> str:
+    """A --dtype as the catalogue names it: an alias's dtype, else the text in lower case."""
+    return DTYPE_ALIASES.get(text.lower(), text.lower())
 
 
 def fail(message: str, code: int) -> int:

@@ -16,7 +16,7 @@ from rich.live import Live
 
 from . import cli_corpus, cli_tune, config, registry, tuning
 from .arrange import B_LAYOUTS
-from .cli_output import DTYPE_ALIASES, FAILED, USAGE, fail
+from .cli_output import FAILED, USAGE, dtype_name, fail
 from .errors import CompilerNotFoundError, CupyGemmError, DeviceError
 from .measure import grids, provenance, results, shapes as shapes_mod, space, sweep
 from .measure.runner import runner_for
@@ -135,8 +135,7 @@ def run_command(args) -> int:
     console = Console(markup=False, highlight=False)  # user text is text: styles come as rich.text.Text
     handler = {"sweep": cmd_sweep, "bench": cmd_bench, "tune": cmd_tune, "report": cmd_report}[args.command]
     if getattr(args, "dtype", None):  # fp16, half, bf16, fp32 and float, as every command takes them
-        canonical = lambda d: DTYPE_ALIASES.get(d.lower(), d.lower())
-        args.dtype = [canonical(d) for d in args.dtype] if isinstance(args.dtype, list) else canonical(args.dtype)
+        args.dtype = [dtype_name(d) for d in args.dtype] if isinstance(args.dtype, list) else dtype_name(args.dtype)
     try:
         return handler(args, console)
     except (DeviceError, CompilerNotFoundError) as e:  # the machine cannot do the work

@@ -139,7 +139,8 @@ def _cluster_walk(p):
 def _b_share_k(p, dtype: str) -> int:
     """Rows of k of every box of an N-major B stage that each block of a cluster multicasts: all BK where the
     boxes divide among the blocks (each takes whole ones), else BK / CLUSTER (64×192 tiles in fours)."""
-    return p["BK"] if (p["BN"] // _elems_per_row(dtype)) % p["CLUSTER"] == 0 else p["BK"] // p["CLUSTER"]
+    cluster = p.get("CLUSTER", 1)  # wgmma_3xtf32 shares make_args and has no clusters
+    return p["BK"] if (p["BN"] // _elems_per_row(dtype)) % cluster == 0 else p["BK"] // cluster
 
 
 def _rule_cluster(p, dtype, acc):
@@ -179,8 +180,7 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     # K-major B: a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters);
     # a tile wider than 256 rows of n (the most one copy moves) takes them in two copies (B_COPY_ROWS)
     b_share = p["BN"] // p.get("CLUSTER", 1)
-    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n,
-                                         _b_share_k(p, dtype) if p.get("CLUSTER", 1) > 1 else p["BK"],
+    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, _b_share_k(p, dtype),
                                          b_share // 2 if b_share > 256 else b_share)
     maps = ((A, operand, m, k, lda, p["BM"], row, size), (B, operand, b_rows, b_cols, ldb, b_box, row, size),
             (C, out, m, n, ldc, C_BOX_ROWS, c_row, c_size))
