@@ -12,8 +12,11 @@ __device__ __forceinline__ unsigned cluster_ctarank() {
 
 // Every thread of every CTA of the cluster: barrier, with this CTA's shared-memory writes (barrier
 // initialisation included) visible to the others after it. A CTA must not exit while another may still
-// write into its shared memory or arrive on its barriers: the kernel ends with one too.
+// write into its shared memory or arrive on its barriers: the kernel ends with one too. The barrier is
+// .aligned (every lane of a warp executes it together), so the warp reconverges first: a producer warp's
+// lane 0 comes from its copy loop after the other lanes.
 __device__ __forceinline__ void cluster_sync() {
+    __syncwarp();
     asm volatile("barrier.cluster.arrive.release.aligned;\n"
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
