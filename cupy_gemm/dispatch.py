@@ -12,8 +12,8 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
      covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
      always does; else the covering entry with the most blocks). The lists stop where split-K measured faster;
    - the `default` entry's tiles fill less than half the GPU's block slots: for M <= ONE_WAVE_ROWS the
-     `one_wave` entry whose whole-K tiles (clusters no taller than M) fill the most of one wave, if that
-     is at least ONE_WAVE_FILL of the SMs; else a `split_k` entry when K is
+     `one_wave` entry whose whole-K tiles (two rows of them at least, clusters no taller than M) fill the
+     most of one wave, if that is at least ONE_WAVE_FILL of the SMs; else a `split_k` entry when K is
      deep (16-bit: the one the launcher's split-K cost model expects to finish first; else the first whose
      tiles pad C within PAD_TIE of the least), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);

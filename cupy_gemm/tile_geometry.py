@@ -35,11 +35,13 @@ CLUSTER_SLOT_SHARE = {1: 1.0, 2: 1.0, 4: 30 / 33}
 
 
 def one_wave_blocks(v: Variant, m: int, n: int, sm_count: int) -> int:
-    """The blocks of a persistent v's tiles at m×n where they take one wave on sm_count SMs and no cluster
-    stands taller than M (its blocks below M would idle), else 0."""
+    """The blocks of a persistent v's tiles at m×n where they take one wave on sm_count SMs, at least two
+    rows of them (one row reads each weight once anyway, and split-K ran faster there: 64×8192×28672 on the
+    H100), and no cluster stands taller than M (its blocks below M would idle), else 0."""
     cluster = v.family.cluster(v.params)
     units = _units_and_slots(v, m, n, sm_count)[0]
-    if v.family.cluster_rows(v.params) > m or units > int(sm_count // cluster * CLUSTER_SLOT_SHARE.get(cluster, 0)):
+    if (v.family.cluster_rows(v.params) > m or m <= v.family.tile(v.params)[0]
+            or units > int(sm_count // cluster * CLUSTER_SLOT_SHARE.get(cluster, 0))):
         return 0
     return units * cluster
 

@@ -224,14 +224,18 @@ def test_deep_k_on_an_idle_gpu_splits_k(roles):
     (256, 4096, "hgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_cluster2"),  # 64 clusters of 2: 128 blocks
     (256, 5120, "hgemm_wgmma_m64n192k16_tile64x192_stages6_ws1_cluster4"),  # 27 clusters of 4 (80 of 2 > 66)
     (128, 8192, "hgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_cluster2"),  # clusters of 4 stand taller than M
+    (256, 2048, "hgemm_wgmma_m64n64k16_tile64x64_stages13_ws1"),  # 128 blocks alone; 64 in pairs
+    (512, 1024, "hgemm_wgmma_m64n64k16_tile64x64_stages13_ws1"),
     (256, 6144, None),  # 32 clusters of 4 > the 30 that run at once, 96 of 2 > 66: two waves
-    (256, 2048, None),  # 64 blocks: under ONE_WAVE_FILL of the SMs
+    (256, 1024, None),  # 64 blocks at most: under ONE_WAVE_FILL of the SMs
+    (64, 8192, None),  # 128 blocks of 64×64, but one row of them: split K
     (128, 5120, None),  # 80 blocks of 64×128 (clusters of 4 stand taller than M)
     (1024, 1024, None),  # more than ONE_WAVE_ROWS rows
 ])
 def test_one_wave_of_whole_k_tiles_in_clusters(m, n, chosen):
     """Up to ONE_WAVE_ROWS rows on an idle GPU, the one_wave entry whose whole-K 64-row tiles fill the most of
-    one wave (clusters no taller than M, no more than run at once), if at least ONE_WAVE_FILL of the SMs."""
+    one wave (two rows of tiles at least, clusters no taller than M, no more than run at once), if at least
+    ONE_WAVE_FILL of the SMs."""
     decision = dispatch.choose(Gpu("a Hopper without a table", 90, 132), "float16", m, n, 4096)
     if chosen:
         assert decision.variant == chosen and "one wave of" in decision.reason
