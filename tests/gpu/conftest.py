@@ -1,5 +1,6 @@
 import os
 
+import cupy
 import pytest
 
 SHARD_RUN = 8  # consecutive tests a shard keeps together
@@ -9,11 +10,7 @@ SHARD_RUN = 8  # consecutive tests a shard keeps together
 def _memory_back_after_each_module():
     """Shards share one GPU: a module's cached blocks go back to it when the module is done."""
     yield
-    try:
-        import cupy
-        cupy.get_default_memory_pool().free_all_blocks()
-    except ImportError:
-        pass
+    cupy.get_default_memory_pool().free_all_blocks()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -34,7 +31,6 @@ def pytest_collection_modifyitems(config, items):
         runs = [items[at:at + SHARD_RUN] for at in range(0, len(items), SHARD_RUN)]
         mine = runs[index::count]
         start = index * len(mine) // count
-        kept = [item for run in mine[start:] + mine[:start] for item in run]
-        chosen = set(map(id, kept))
-        config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
-        items[:] = kept
+        others = [item for at, run in enumerate(runs) if at % count != index for item in run]
+        config.hook.pytest_deselected(items=others)
+        items[:] = [item for run in mine[start:] + mine[:start] for item in run]
