@@ -26,6 +26,8 @@ C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves t
                 float alpha, float beta, int splits, void* workspace)
 
 with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32 and wgmma_kmajor, column-major.
+Tiles move in boxes of one 128-byte swizzle row; a 16-bit tile of 32·odd columns (128×224) lands an N-major
+B in whole boxes, the last half unread, and stages C in boxes of 64-byte rows (`c_swizzle`).
 The copy engine zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs
 16-byte aligned base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API
 guarantee (padding when a problem does not meet it).
@@ -66,10 +68,19 @@ def _elems_per_row(dtype: str) -> int:
     return SWIZZLE_BYTES // CUDA_TYPES[dtype][1]
 
 
-def smem_bytes(p, dtype: str, acc: str) -> int:
+def c_swizzle(p, dtype: str) -> int:
+    """Bytes in one row of a C staging box (what the epilogue's TMA stores swizzle): SWIZZLE_BYTES, or 64 for
+    a 16-bit tile of 32·odd columns (128×224), whose 16-bit C is no whole number of 128-byte rows."""
+    return 64 if CUDA_TYPES[dtype][1] == 2 and p["BN"] % 64 else SWIZZLE_BYTES
+
+
+def smem_bytes(p, dtype: str, acc: str, n_major_b: bool = False) -> int:
+    """n_major_b: B lands N-major, in whole boxes of one swizzle row (BN = 32·odd: the last one half used)."""
     size = CUDA_TYPES[dtype][1]
-    stage = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * size
-    staging = p["TMA_STORE"] * p["CONSUMERS"] * p["EPI_BOXES"] * C_BOX_ROWS * SWIZZLE_BYTES  # C boxes per consumer
+    row = _elems_per_row(dtype)
+    b_cols = -(-p["BN"] // row) * row if n_major_b else p["BN"]
+    stage = (p["BM"] * p["BK"] + p["BK"] * b_cols) * size
+    staging = p["TMA_STORE"] * p["CONSUMERS"] * p["EPI_BOXES"] * C_BOX_ROWS * c_swizzle(p, dtype)  # boxes per consumer
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers;
     # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival; with KCLUSTER, the fp32
     # partial tile and the two barriers of common/cluster_split_k.cuh's exchange
@@ -99,9 +110,9 @@ def _rule_tiles(p, dtype, acc):
         yield ConfigError("BM", p["BM"], f"a multiple of 64 * CONSUMERS = {64 * p['CONSUMERS']} "
                           "(each consumer warpgroup takes whole m64 wgmma tiles)")
     row = _elems_per_row(dtype)
-    if p["BN"] % row:
-        yield ConfigError("BN", p["BN"], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row (64 16-bit or 32 "
-                          f"fp32 elements): tiles move in such boxes ({row} for {dtype})")
+    if p["BN"] % 32:
+        yield ConfigError("BN", p["BN"], f"a multiple of 32: tiles move in boxes of one {SWIZZLE_BYTES}-byte swizzle "
+                          "row (64 16-bit or 32 fp32 elements), an N-major B of 32·odd columns half of its last one")
     if p["BK"] % row:
         yield ConfigError("BK", p["BK"], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row (64 16-bit or 32 "
                           f"fp32 elements) ({row} for {dtype})")
@@ -140,7 +151,7 @@ def _b_share_k(p, dtype: str) -> int:
     """Rows of k of every box of an N-major B stage that each block of a cluster multicasts: all BK where the
     boxes divide among the blocks (each takes whole ones), else BK / CLUSTER (64×192 tiles in fours)."""
     cluster = p.get("CLUSTER", 1)  # wgmma_3xtf32 shares make_args and has no clusters
-    return p["BK"] if (p["BN"] // _elems_per_row(dtype)) % cluster == 0 else p["BK"] // cluster
+    return p["BK"] if -(-p["BN"] // _elems_per_row(dtype)) % cluster == 0 else p["BK"] // cluster
 
 
 def _rule_cluster(p, dtype, acc):
@@ -175,36 +186,40 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     from .. import tma
     p, dtype = variant.params, variant.dtype
     out = variant.out_dtype or dtype
-    row, size, c_row, c_size = _elems_per_row(dtype), CUDA_TYPES[dtype][1], _elems_per_row(out), CUDA_TYPES[out][1]
+    row, size, c_size = _elems_per_row(dtype), CUDA_TYPES[dtype][1], CUDA_TYPES[out][1]
     operand = "tfloat32" if variant.acc == "tf32" else dtype  # TMA rounds fp32 operands to tf32 (nearest even)
     # K-major B: a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters);
     # a tile wider than 256 rows of n (the most one copy moves) takes them in two copies (B_COPY_ROWS)
     b_share = p["BN"] // p.get("CLUSTER", 1)
     b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, _b_share_k(p, dtype),
                                          b_share // 2 if b_share > 256 else b_share)
-    maps = ((A, operand, m, k, lda, p["BM"], row, size), (B, operand, b_rows, b_cols, ldb, b_box, row, size),
-            (C, out, m, n, ldc, C_BOX_ROWS, c_row, c_size))
+    c_sw = c_swizzle(p, dtype)
+    maps = ((A, operand, m, k, lda, p["BM"], row, size, SWIZZLE_BYTES),
+            (B, operand, b_rows, b_cols, ldb, b_box, row, size, SWIZZLE_BYTES),
+            (C, out, m, n, ldc, C_BOX_ROWS, c_sw // c_size, c_size, c_sw))
     if batch is None:
-        map_a, map_b, map_c = (tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=cols)
-                               for x, t, r, c, ld, box, cols, _ in maps)
+        map_a, map_b, map_c = (tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=cols,
+                                                 swizzle=sw)
+                               for x, t, r, c, ld, box, cols, _, sw in maps)
     else:
         strides = (batch.a_strides, batch.b_strides, batch.c_strides)
-        map_a, map_b, map_c = (_batched_map(x.data.ptr, t, r, c, ld, box, cols, batch.shape, st, bytes_)
-                               for (x, t, r, c, ld, box, cols, bytes_), st in zip(maps, strides))
+        map_a, map_b, map_c = (_batched_map(x.data.ptr, t, r, c, ld, box, cols, batch.shape, st, bytes_, sw)
+                               for (x, t, r, c, ld, box, cols, bytes_, sw), st in zip(maps, strides))
     return (map_a, map_b, map_c, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
             np.float32(alpha), np.float32(beta))
 
 
-def _batched_map(ptr, dtype, rows, cols, ld, box_rows, box_cols, shape, strides, size):
+def _batched_map(ptr, dtype, rows, cols, ld, box_rows, box_cols, shape, strides, size, swizzle):
     """One operand's map over the batch, of rank 2 + MAX_BATCH_DIMS (the kernel's copies are 5-D), its
     batch dimensions padded outward with size 1 as BatchArgs pads them."""
     from .. import tma
-    tma.check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols)
+    tma.check_2d(ptr, dtype, rows, cols, ld, box_rows, box_cols, swizzle)
     tma.check_batch_strides(strides, size)
     pad = MAX_BATCH_DIMS - len(shape)
     dims, byte_strides = tma.batched_layout(rows, cols, ld, (1,) * pad + tuple(shape), (0,) * pad + tuple(strides),
                                             size)
-    return tma.tensor_map(ptr, dtype, dims=dims, strides=byte_strides, box=(box_cols, box_rows) + (1,) * MAX_BATCH_DIMS)
+    return tma.tensor_map(ptr, dtype, dims=dims, strides=byte_strides, box=(box_cols, box_rows) + (1,) * MAX_BATCH_DIMS,
+                          swizzle=swizzle)
 
 
 def batch_fits(plan, dtype: str, out_dtype: str | None = None) -> bool:
@@ -283,7 +298,7 @@ WGMMA = Family(
     doc="Hopper: TMA ring of STAGES stages, one producer and CONSUMERS wgmma warpgroups, persistent",
     params=_params((64, 128), 64, bn_most=384),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
-    **_COMMON,
+    **{**_COMMON, "smem_bytes": lambda p, dtype, acc: smem_bytes(p, dtype, acc, n_major_b=True)},
 )
 
 WGMMA_TF32 = Family(

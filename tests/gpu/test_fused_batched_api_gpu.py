@@ -208,7 +208,8 @@ def _representatives(per_kind=2):
     return [n for names in seen.values() for n in names]
 
 
-@pytest.mark.parametrize("name", _representatives())
+# and a tile of 32·odd columns, whose B stage takes a half-used box and whose C moves in 64-byte boxes
+@pytest.mark.parametrize("name", _representatives() + ["hgemm_wgmma_m64n224k16_tile128x224_stages4_ws2_cluster2"])
 def test_every_batched_family_entry(name):
     v = registry.lookup(name)
     if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.skipif(not cupy.cuda.is_available(), reason="needs a GP
 OUT_DTYPES = ("float32", "float16", "bfloat16")
 FORCED = [  # one entry of each converting family and input dtype, a split-K entry of each family that splits
     "hgemm_wgmma_m64n256k16_stages4_ws2", "bgemm_wgmma_m64n256k16_stages4_ws2",
+    "bgemm_wgmma_m64n224k16_tile128x224_stages4_ws2_cluster2",  # C in 64-byte boxes: 32 16-bit, 16 fp32 columns
     "bgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_splitk", "hgemm_wgmma_m64n64k16_tile64x64_stages8_ws1_splitk",
     "sgemm_wgmma_m64n256k8_tf32_stages4_ws2", "sgemm_wgmma_m64n256k8_tf32_stages4_ws2_regstore",
     "sgemm_wgmma_m64n64k8_tf32_tile64x64_stages8_ws1_splitk", "sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2",
