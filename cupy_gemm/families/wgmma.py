@@ -138,15 +138,6 @@ def _rule_stream_k(p, dtype, acc):
                               "through the split-K workspace; each block walks its own units)")
 
 
-def _cluster_walk(p):
-    """What clusters need whatever B's layout: the blocks walk the same tiles in step, one wgmma per k step."""
-    if p["SPLIT_K"] != 1 or p["PINGPONG"]:
-        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
-                          "same tiles in step)")
-    if p["BN"] > 256:
-        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
-
-
 def _b_share_k(p, dtype: str) -> int:
     """Rows of k of every box of an N-major B stage that each block of a cluster multicasts: all BK where the
     boxes divide among the blocks (each takes whole ones), else BK / CLUSTER (64×192 tiles in fours)."""
@@ -157,9 +148,15 @@ def _b_share_k(p, dtype: str) -> int:
 def _rule_cluster(p, dtype, acc):
     """The blocks of a cluster multicast equal shares of each B stage in whole 8-row swizzle atoms: an
     N-major B's whole boxes or BK / CLUSTER rows of k of each (BK a multiple of 64), a K-major B's BN /
-    CLUSTER rows of n of each (BN a multiple of 32, _rule_tiles), with CLUSTER at most 4 (its choices)."""
-    if p["CLUSTER"] != 1:
-        yield from _cluster_walk(p)
+    CLUSTER rows of n of each (BN a multiple of 32, _rule_tiles), with CLUSTER at most 4 (its choices); and
+    they walk the same tiles in step, one wgmma per k step."""
+    if p["CLUSTER"] == 1:
+        return
+    if p["SPLIT_K"] != 1 or p["PINGPONG"]:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
+                          "same tiles in step)")
+    if p["BN"] > 256:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
 
 
 def _no_cluster(p, dtype, acc):
