@@ -31,7 +31,7 @@ def test_catalogue_has_fp16_and_bf16_defaults():
 @pytest.mark.parametrize("params,param", [
     ({"BM": 64, "CONSUMERS": 2}, "BM"),                         # a consumer would get 32 rows
     ({"BM": 96, "CONSUMERS": 1, "BN": 128}, "BM"),
-    ({"BN": 80}, "BN"),                                         # B boxes are 32 or 64 columns wide
+    ({"BN": 80}, "BN"),                                         # not whole halves of 64-column B boxes
     ({"BN": 448}, "BN"),                                        # above two wgmma's N (256 + 128)
     ({"BN": 320}, "smem"),                                      # 4 × 56 KB: 128×320 takes 3 stages
     ({"BK": 32}, "BK"),                                         # shorter than a 128-byte swizzle row
@@ -176,7 +176,7 @@ def test_tiles_wider_than_one_wgmma_issue_two_per_step(name):
 @pytest.mark.parametrize("name", ["hgemm_wgmma_m64n224k16_tile128x224_stages4_ws2_cluster2",
                                   "hgemm_wgmma_kmajor_m64n224k16_tile128x224_stages4_ws2_cluster2"])
 def test_tiles_of_32_odd_columns_take_whole_b_boxes_and_64_byte_c_rows(name):
-    """BN = 224: an N-major B stage lands four 64-column boxes (the last half read), a K-major one 224 rows of
+    """BN = 224: an N-major B stage lands four 64-column boxes (the fourth half read), a K-major one 224 rows of
     n; the 16-bit C is staged in boxes of 64 rows × 64 bytes (32 columns), its TMA map swizzled to match;
     m64n224k16 reads 3.5 swizzle atoms. smem_bytes says so, and the template's static_assert agrees."""
     from cupy_gemm.families.wgmma import c_swizzle
