@@ -41,7 +41,7 @@ def test_catalogue_entries_are_3xtf32_and_the_default_is_one():
 # (parameter overrides, parameter named by the error, words shared by the rule and its static_assert)
 BROKEN = [
     ({"BM": 64, "CONSUMERS": 2}, "BM", "a multiple of 64 * CONSUMERS"),
-    ({"BN": 80}, "BN", "a multiple of one 128-byte swizzle row (64 16-bit or 32 fp32 elements)"),
+    ({"BN": 80}, "BN", "a multiple of 32 (one 128-byte swizzle row of fp32, half of one of 16-bit elements)"),
     ({"BN": 256, "PROMOTE": 1, "STAGES": 2}, "BN", "at most 224 registers of accumulators and A fragments"),
     ({"BM": 256, "BN": 128, "PROMOTE": 1, "STAGES": 2}, "BN", "at most 224 registers of accumulators"),
     ({"BM": 256, "BN": 192, "PROMOTE": 0, "STAGES": 2}, "BN", "at most 224 registers of accumulators"),
@@ -129,9 +129,9 @@ def test_tensor_maps_are_plain_fp32(monkeypatch):
     args = wgmma.make_args(v, arr(1 << 20), arr(2 << 20), arr(3 << 20), m, n, k, 304, 308, 520, 2.0, 0.5)
     (_, a_type, a_kw), (_, b_type, b_kw), (_, c_type, c_kw) = calls
     assert (a_type, b_type, c_type) == ("float32", "float32", "float32")
-    assert a_kw == dict(rows=m, cols=k, ld=304, box_rows=128, box_cols=32)
-    assert b_kw == dict(rows=n, cols=k, ld=308, box_rows=128, box_cols=32)
-    assert c_kw == dict(rows=m, cols=n, ld=520, box_rows=64, box_cols=32)
+    assert a_kw == dict(rows=m, cols=k, ld=304, box_rows=128, box_cols=32, swizzle=128)
+    assert b_kw == dict(rows=n, cols=k, ld=308, box_rows=128, box_cols=32, swizzle=128)
+    assert c_kw == dict(rows=m, cols=n, ld=520, box_rows=64, box_cols=32, swizzle=128)
     assert args[4:] == (np.int32(m), np.int32(n), np.int32(k), np.int64(520), np.float32(2.0), np.float32(0.5))
 
 

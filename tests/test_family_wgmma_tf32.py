@@ -40,7 +40,7 @@ def test_catalogue_entries_are_tf32():
 BROKEN = [
     ({"BM": 64, "CONSUMERS": 2}, "BM", "a multiple of 64 * CONSUMERS"),
     ({"BM": 96, "CONSUMERS": 1, "BN": 128}, "BM", "a multiple of 64 * CONSUMERS"),
-    ({"BN": 80}, "BN", "a multiple of one 128-byte swizzle row (64 16-bit or 32 fp32 elements)"),
+    ({"BN": 80}, "BN", "a multiple of 32 (one 128-byte swizzle row of fp32, half of one of 16-bit elements)"),
     ({"BM": 256, "CONSUMERS": 1, "BN": 256, "STAGES": 2}, "BN", "at most 192 fp32 accumulators per consumer thread"),
     ({"STAGES": 5}, "smem", "at most 232448 bytes of shared memory per block"),
 ]
@@ -132,9 +132,9 @@ def test_tensor_maps_read_b_as_its_transpose(monkeypatch):
     (_, a_type, a_kw), (b_ptr, b_type, b_kw), (_, c_type, c_kw) = calls
     # the copy engine rounds A and B to tf32 (nearest even) on the way in; C is plain fp32
     assert (a_type, b_type, c_type) == ("tfloat32", "tfloat32", "float32")
-    assert a_kw == dict(rows=m, cols=k, ld=304, box_rows=128, box_cols=32)
-    assert b_ptr == 2 << 20 and b_kw == dict(rows=n, cols=k, ld=308, box_rows=256, box_cols=32)
-    assert c_kw == dict(rows=m, cols=n, ld=520, box_rows=64, box_cols=32)
+    assert a_kw == dict(rows=m, cols=k, ld=304, box_rows=128, box_cols=32, swizzle=128)
+    assert b_ptr == 2 << 20 and b_kw == dict(rows=n, cols=k, ld=308, box_rows=256, box_cols=32, swizzle=128)
+    assert c_kw == dict(rows=m, cols=n, ld=520, box_rows=64, box_cols=32, swizzle=128)
     assert args[4:] == (np.int32(m), np.int32(n), np.int32(k), np.int64(520), np.float32(1.0), np.float32(0.0))
 
 

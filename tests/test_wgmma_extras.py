@@ -125,9 +125,11 @@ def test_make_args_maps_a_broadcast_weight_as_one_slice(monkeypatch):
     plan = _plan((4, 6, 100, 72), (72, 40), 2)
     assert plan.shape == (24,) and plan.b_strides == (0,)
     a, b, c = _make_args(monkeypatch, v, plan, 72, 40, 40)
-    assert a == dict(dims=(72, 100, 24, 1, 1), strides=(144, 14400, 14400 * 24, 14400 * 24), box=(64, 128, 1, 1, 1))
-    assert b == dict(dims=(40, 72, 1, 1, 1), strides=(80, 5760, 5760, 5760), box=(64, 64, 1, 1, 1))
-    assert c == dict(dims=(40, 100, 24, 1, 1), strides=(80, 8000, 8000 * 24, 8000 * 24), box=(64, 64, 1, 1, 1))
+    assert a == dict(dims=(72, 100, 24, 1, 1), strides=(144, 14400, 14400 * 24, 14400 * 24), box=(64, 128, 1, 1, 1),
+                     swizzle=128)
+    assert b == dict(dims=(40, 72, 1, 1, 1), strides=(80, 5760, 5760, 5760), box=(64, 64, 1, 1, 1), swizzle=128)
+    assert c == dict(dims=(40, 100, 24, 1, 1), strides=(80, 8000, 8000 * 24, 8000 * 24), box=(64, 64, 1, 1, 1),
+                     swizzle=128)
 
 
 def test_make_args_maps_a_two_dimensional_batch_of_slices(monkeypatch):

@@ -111,9 +111,9 @@ def _rule_tiles(p, dtype, acc):
                           "(each consumer warpgroup takes whole m64 wgmma tiles)")
     row = _elems_per_row(dtype)
     if p["BN"] % 32:
-        yield ConfigError("BN", p["BN"], f"a multiple of 32: tiles move in boxes of one {SWIZZLE_BYTES}-byte swizzle "
-                          "row (64 16-bit or 32 fp32 elements; an N-major 16-bit B of 32·odd columns reads half of "
-                          "its last box)")
+        yield ConfigError("BN", p["BN"], f"a multiple of 32 (one {SWIZZLE_BYTES}-byte swizzle row of fp32, half of one "
+                          "of 16-bit elements): tiles move in boxes of whole rows, and an N-major 16-bit B of "
+                          "32·odd columns reads half of its last box")
     if p["BK"] % row:
         yield ConfigError("BK", p["BK"], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row (64 16-bit or 32 "
                           f"fp32 elements) ({row} for {dtype})")
