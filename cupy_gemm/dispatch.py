@@ -11,9 +11,9 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
    - min(M, N) <= SKINNY_MAX: the product is memory-bound; the first `skinny` entry in list order that
      covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
      always does; else the covering entry with the most blocks). The lists stop where split-K measured faster;
-   - the `default` entry's tiles fill less than half the GPU's block slots: for M <= ONE_WAVE_ROWS the
-     `one_wave` entry whose whole-K tiles (two rows of them at least, clusters no taller than M) fill the
-     most of one wave, if that is at least ONE_WAVE_FILL of the SMs; else a `split_k` entry when K is
+   - the `default` entry's tiles fill less than half the GPU's block slots: the `one_wave` entry whose
+     whole-K tiles (two to ONE_WAVE_TILE_ROWS rows of them, clusters whose blocks have rows of M) fill the most of one
+     wave, if that is at least ONE_WAVE_FILL of the SMs; else a `split_k` entry when K is
      deep (16-bit: the one the launcher's split-K cost model expects to finish first; else the first whose
      tiles pad C within PAD_TIE of the least), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);
@@ -36,7 +36,7 @@ from .arrange import B_LAYOUTS, Placement, fresh
 from .big_tiles import COST_MARGIN, WAVE_TIE  # noqa: F401  (dispatch's API)
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, tile_costs, why_not  # noqa: F401
 from .errors import ConfigError, DeviceError, DTypeError
-from .split_policy import MIN_K_PER_SPLIT, resident_blocks, split_plan
+from .split_policy import MIN_K_PER_SPLIT, SPLIT_MARGIN, resident_blocks, split_plan
 from .tile_geometry import (deep_k, in_flight_bytes, one_wave_blocks, padded_area, rows_of, tiles_of,  # noqa: F401
                             wave_fill, waves)
 from .placement_rules import COPY_SHARE, FLOPS_PER_BYTE, kernel_cost  # noqa: F401  (dispatch's API)
@@ -65,9 +65,10 @@ TABLE_GROWTH = 2.0
 # split-K tiles: the first listed (the larger) unless another pads C by more than this much less; the least
 # padding alone put 1000³ tf32 on 16×128 tiles, 2.4× slower than 128×128 (1.6% more padding)
 PAD_TIE = 0.10
-# the one-wave rule: at most this many rows, and one wave of the entry's blocks on at least this share of the
-# SMs (H100, float16, 128 to 512 rows: 96 to 128 blocks of 64×128 or 64×192 beat the split-K entries' best)
-ONE_WAVE_ROWS, ONE_WAVE_FILL = 512, 0.7
+# the one-wave rule: at most this many rows of an entry's tiles, and one wave of its blocks on at least this
+# share of the SMs (H100, float16: at 128 to 512 rows 96 to 128 blocks of 64×128 or 64×192 beat the split-K
+# entries' best; at 1000×2048 128 blocks of 128×128 in pairs ran 1.00-1.19× the split-K entries' best)
+ONE_WAVE_TILE_ROWS, ONE_WAVE_FILL = 8, 0.7
 MODELLED_SPLITS = ("float16", "bfloat16")  # dtype keys whose split-K tile the launcher's cost model picks,
 MODEL_PAD_LIMIT = 1.25  # among tiles padding C at most this much more than the least (not 128 rows for 64)
 ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
@@ -179,11 +180,12 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
     slots = sm_count * resident_blocks(default)  # blocks the GPU runs at once
     if tiles * IDLE_FRACTION < slots:
         idle = f"{default.name}'s {tiles} tiles fill {tiles / slots:.0%} of the {slots} block slots of {sm_count} SMs"
-        filling = [(one_wave_blocks(v, m, n, sm_count), v) for v in usable["one_wave"] if m <= ONE_WAVE_ROWS]
+        filling = [(one_wave_blocks(v, m, n, sm_count), v) for v in usable["one_wave"]
+                   if m <= ONE_WAVE_TILE_ROWS * v.family.tile(v.params)[0]]
         blocks, wave = max(filling, key=lambda f: f[0], default=(0, None))  # max: the first of equals
         if blocks >= ONE_WAVE_FILL * sm_count:
-            return Decision(wave.name, f"heuristic: {idle}, M = {m} <= {ONE_WAVE_ROWS}: one wave of {blocks} "
-                            f"whole-K {big_tiles.tile_words(wave)}", tuple(notes))
+            return Decision(wave.name, f"heuristic: {idle}, M = {m} is at most {ONE_WAVE_TILE_ROWS} rows of its "
+                            f"tiles: one wave of {blocks} whole-K {big_tiles.tile_words(wave)}", tuple(notes))
         deep = deep_k(m, n, k)
         if deep and usable["split_k"]:
             best, how = _fastest_split(usable["split_k"], key, m, n, k, sm_count)
@@ -236,15 +238,20 @@ def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, sm_
     takes CUDA-core tiles for equally fast per multiply-add, which they are not (float32 1024³ on the
     H100: 32×64 tiles 71 µs, 128×64 60)."""
     least = min(padded_area(v, m, n) for v in entries)
+    # a split tile must beat an unsplit one by SPLIT_MARGIN, as a split beats none, but where M fits one row
+    # of the least tile: each block then streams its own slice of B once, and the split's partials are small
+    # beside it (H100: 1000×768×2048 ran 14.4 µs on 128×128 in 2 splits, 10.3 on 64×128 whole; 32×3584×14336
+    # 40.7 on 64×128 in 2 splits, 52.0 on 64×64 whole)
+    margin = SPLIT_MARGIN if m > min(v.family.tile(v.params)[0] for v in entries) else 1.0
     modelled = []
     for v in entries if key in MODELLED_SPLITS else ():
         if padded_area(v, m, n) > least * MODEL_PAD_LIMIT:
             continue
         splits, ns = split_plan(v, m, n, k, tiles_of(v, m, n), sm_count)
         if ns is not None:
-            modelled.append((ns, v, splits))
+            modelled.append((ns / margin if splits > 1 else ns, ns, v, splits))
     if modelled:
-        ns, best, splits = min(modelled, key=lambda r: r[0])  # min keeps the first of equals
+        _, ns, best, splits = min(modelled, key=lambda r: r[0])  # min keeps the first of equals
         return best, f"on the tile the split-K model expects first ({splits} splits, ~{ns / 1000:.0f} µs)"
     best = next(v for v in entries if padded_area(v, m, n) <= least * (1 + PAD_TIE))
     return best, "on the tile that pads C least"

@@ -37,10 +37,15 @@ CLUSTER_SLOT_SHARE = {1: 1.0, 2: 1.0, 4: 30 / 33}
 def one_wave_blocks(v: Variant, m: int, n: int, sm_count: int) -> int:
     """The blocks of a persistent v's tiles at m×n where they take one wave on sm_count SMs, at least two
     rows of them (one row reads each weight once anyway, and split-K ran faster there: 64×8192×28672 on the
-    H100), and no cluster stands taller than M (its blocks below M would idle), else 0."""
-    cluster = v.family.cluster(v.params)
+    H100), and no cluster with a block below M, save one of 64-row tiles no taller than M, else 0. On the
+    H100 64×128 pairs at 300 rows (5 rows of tiles, the last pair half empty) ran 1.08-1.15× the split-K
+    entries, 64×192 in clusters of four at 200 rows (4 rows of tiles, 256 > 200) 1.37-1.46×; 128×128
+    pairs with a half-empty last pair 0.62-0.93× (384×4096×4096, 800×1536×4096), full ones 1.04-1.22×."""
+    cluster, bm = v.family.cluster(v.params), v.family.tile(v.params)[0]
     units = _units_and_slots(v, m, n, sm_count)[0]
-    if (v.family.cluster_rows(v.params) > m or m <= v.family.tile(v.params)[0]
+    tile_rows = -(-m // bm)
+    full = v.family.cluster_splits_k(v.params) or tile_rows % cluster == 0
+    if (tile_rows < 2 or not (full or (bm <= 64 and v.family.cluster_rows(v.params) <= m))
             or units > int(sm_count // cluster * CLUSTER_SLOT_SHARE.get(cluster, 0))):
         return 0
     return units * cluster

@@ -115,12 +115,18 @@ def test_split_k_takes_the_first_tile_unless_another_pads_far_less():
 
 def test_16_bit_split_k_follows_the_cost_model():
     """16-bit split-K: the tile the launcher's model expects first, among those padding C at most 1.25×
-    the least. 512×4096×14336 takes the 128×256 tile (H100: 0.85× cupy.matmul against 0.51× for 64×128);
-    64 rows keep a 64-row tile (a 128-row one pads 2×)."""
+    the least, a split tile only where it beats an unsplit one by SPLIT_MARGIN (but for M within one row of
+    tiles). 1024×1024×14336 takes the 128×256 tile in 4 splits; 1000×768×2048 64×128 whole (H100: 10.3 µs
+    against 14.4 for 128×128 in 2 splits, within the margin of it in the model); 17 rows 64×128 in two
+    splits (15.3 µs against 17.3 for 64×64 whole); 64 rows keep a 64-row tile (a 128-row one pads 2×)."""
     hopper = Gpu("unknown GPU", 90)
     for key, prefix in (("float16", "hgemm"), ("bfloat16", "bgemm")):
-        big = dispatch.choose(hopper, key, 512, 4096, 14336)
-        assert big.variant == f"{prefix}_wgmma_m64n256k16_stages4_ws2_splitk" and "split-K model" in big.reason
+        big = dispatch.choose(hopper, key, 1024, 1024, 14336)
+        assert big.variant == f"{prefix}_wgmma_m64n256k16_stages4_ws2_splitk" and "(4 splits" in big.reason
+        short = dispatch.choose(hopper, key, 1000, 768, 2048)
+        assert short.variant == f"{prefix}_wgmma_m64n128k16_tile64x128_stages8_ws1_splitk" and "(1 splits" in short.reason
+        few = dispatch.choose(hopper, key, 17, 3072, 4096)
+        assert few.variant == f"{prefix}_wgmma_m64n128k16_tile64x128_stages8_ws1_splitk" and "(2 splits" in few.reason
         sixty_four = registry.lookup(dispatch.choose(hopper, key, 64, 8192, 8192).variant)
         assert sixty_four.family.split_k and sixty_four.family.tile(sixty_four.params)[0] == 64
 
@@ -226,16 +232,22 @@ def test_deep_k_on_an_idle_gpu_splits_k(roles):
     (128, 8192, "hgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_cluster2"),  # clusters of 4 stand taller than M
     (256, 2048, "hgemm_wgmma_m64n64k16_tile64x64_stages13_ws1"),  # 128 blocks alone; 64 in pairs
     (512, 1024, "hgemm_wgmma_m64n64k16_tile64x64_stages13_ws1"),
-    (256, 6144, None),  # 32 clusters of 4 > the 30 that run at once, 96 of 2 > 66: two waves
+    # 64-row tiles: 32 clusters of 4 > the 30 that run at once, 96 of 2 > 66; 128×128 pairs: 48, 96 blocks
+    (256, 6144, "hgemm_wgmma_m64n128k16_tile128x128_stages6_ws2_cluster2"),
+    (1000, 2048, "hgemm_wgmma_m64n128k16_tile128x128_stages6_ws2_cluster2"),  # 8 rows of 128: 64 pairs
+    (200, 5120, "hgemm_wgmma_m64n192k16_tile64x192_stages6_ws1_cluster4"),  # 4 rows of 64: every block has rows
+    (300, 2048, "hgemm_wgmma_m64n128k16_tile64x128_stages8_ws1_cluster2"),  # 5 rows of 64: a half-empty pair
+    (384, 4096, None),  # 3 rows of 128: a half-empty 128-row pair; 64-row tiles take two waves
     (256, 1024, None),  # 64 blocks at most: under ONE_WAVE_FILL of the SMs
     (64, 8192, None),  # 128 blocks of 64×64, but one row of them: split K
     (128, 5120, None),  # 80 blocks of 64×128 (clusters of 4 stand taller than M)
-    (1024, 1024, None),  # more than ONE_WAVE_ROWS rows
+    (1024, 1024, None),  # 64 blocks of 128×128 in pairs; more than 8 rows of 64-row tiles
+    (1100, 2048, None),  # more than 8 rows of 128
 ])
 def test_one_wave_of_whole_k_tiles_in_clusters(m, n, chosen):
-    """Up to ONE_WAVE_ROWS rows on an idle GPU, the one_wave entry whose whole-K 64-row tiles fill the most of
-    one wave (two rows of tiles at least, clusters no taller than M, no more than run at once), if at least
-    ONE_WAVE_FILL of the SMs."""
+    """On an idle GPU, up to ONE_WAVE_TILE_ROWS rows of an entry's tiles, the one_wave entry whose whole-K
+    tiles fill the most of one wave (two rows of tiles at least, no more than run at once; a cluster with a
+    block below M only of 64-row tiles no taller than M), if at least ONE_WAVE_FILL of the SMs."""
     decision = dispatch.choose(Gpu("a Hopper without a table", 90, 132), "float16", m, n, 4096)
     if chosen:
         assert decision.variant == chosen and "one wave of" in decision.reason

@@ -82,6 +82,14 @@ __device__ __forceinline__ void fence_stage_reads() {
     fence_proxy_async_smem();
 }
 
+// A warp hands back a stage that its threads read with ordinary loads: each fences its reads, then its
+// first lane arrives on the stage's empty barrier (an arrival count of one per warp).
+__device__ __forceinline__ void release_read_stage(unsigned empty_bar, int lane) {
+    fence_stage_reads();
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty_bar);
+}
+
 // Store the box at `src` to element coordinates (c0 innermost, c1); elements outside the tensor are
 // dropped, so edge tiles need no guards.
 __device__ __forceinline__ void tma_store_2d(const TensorMap* map, unsigned src, int c0, int c1) {

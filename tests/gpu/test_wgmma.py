@@ -179,14 +179,16 @@ def test_the_default_reads_a_column_major_b_in_place(dtype):
 
 @pytest.mark.parametrize("b_layout", ["row", "col"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_the_default_takes_one_wave_of_clustered_64_row_tiles(dtype, b_layout):
-    """Off the tables, up to 512 rows, the one-wave rule: 64×192 tiles in clusters of four (256 rows, B shared
-    as 16 rows of k of each box) and 64×128 in pairs (200 rows: the second cluster's lower block holds 8 of
-    them), or their K-major twins for x @ W.T; ragged N and K, the product checked against float64."""
+def test_the_default_takes_one_wave_of_clustered_tiles(dtype, b_layout):
+    """Off the tables, the one-wave rule: 64×192 tiles in clusters of four (256 rows, B shared as 16 rows of
+    k of each box), 64×128 in pairs (200 rows: the second cluster's lower block holds 8 of them) and 128×128
+    in pairs (1000 rows: the last pair's lower block holds 104), or their K-major twins for x @ W.T; ragged
+    N and K, the product checked against float64."""
     if dtype == "bfloat16" and ml_dtypes is None:
         pytest.skip("bfloat16 arrays need ml_dtypes")
     for (m, n, k), tile in (((256, 5000, 2000), "tile64x192_stages6_ws1_cluster4"),
-                            ((200, 3520, 2504), "tile64x128_stages8_ws1_cluster2")):
+                            ((200, 3520, 2504), "tile64x128_stages8_ws1_cluster2"),
+                            ((1000, 2040, 1000), "tile128x128_stages6_ws2_cluster2")):
         x = verify.random_operand((m, k), dtype, m)
         w = verify.random_operand((n, k) if b_layout == "col" else (k, n), dtype, n)
         b = w.T if b_layout == "col" else w
