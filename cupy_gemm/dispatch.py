@@ -12,8 +12,8 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
      covers the small dimension and keeps IN_FLIGHT_BYTES of loads in flight (an entry that splits K itself
      always does; else the covering entry with the most blocks). The lists stop where split-K measured faster;
    - the `default` entry's tiles fill less than half the GPU's block slots: the `one_wave` entry whose
-     whole-K tiles (two to ONE_WAVE_TILE_ROWS rows of them, clusters whose blocks have rows of M) fill the most of one
-     wave, if that is at least ONE_WAVE_FILL of the SMs; else a `split_k` entry when K is
+     whole-K tiles (two to ONE_WAVE_TILE_ROWS rows of them, clusters whose blocks have rows of M) fill
+     the most of one wave, if that is at least ONE_WAVE_FILL of the SMs; else a `split_k` entry when K is
      deep (16-bit: the one the launcher's split-K cost model expects to finish first; else the first whose
      tiles pad C within PAD_TIE of the least), else a `small_tile` entry that puts the most blocks on it
      (or, for a product that no entry cuts into more tiles, the one that pads C least);
@@ -67,7 +67,7 @@ TABLE_GROWTH = 2.0
 PAD_TIE = 0.10
 # the one-wave rule: at most this many rows of an entry's tiles, and one wave of its blocks on at least this
 # share of the SMs (H100, float16: at 128 to 512 rows 96 to 128 blocks of 64×128 or 64×192 beat the split-K
-# entries' best; at 1000×2048 128 blocks of 128×128 in pairs ran 1.00-1.19× the split-K entries' best)
+# entries' best; at 1000×2048 128 blocks of 128×128 in pairs ran 1.17-1.26× the split-K rule's pick)
 ONE_WAVE_TILE_ROWS, ONE_WAVE_FILL = 8, 0.7
 MODELLED_SPLITS = ("float16", "bfloat16")  # dtype keys whose split-K tile the launcher's cost model picks,
 MODEL_PAD_LIMIT = 1.25  # among tiles padding C at most this much more than the least (not 128 rows for 64)

@@ -38,9 +38,9 @@ def one_wave_blocks(v: Variant, m: int, n: int, sm_count: int) -> int:
     """The blocks of a persistent v's tiles at m×n where they take one wave on sm_count SMs, at least two
     rows of them (one row reads each weight once anyway, and split-K ran faster there: 64×8192×28672 on the
     H100), and no cluster with a block below M, save one of 64-row tiles no taller than M, else 0. On the
-    H100 64×128 pairs at 300 rows (5 rows of tiles, the last pair half empty) ran 1.08-1.15× the split-K
-    entries, 64×192 in clusters of four at 200 rows (4 rows of tiles, 256 > 200) 1.37-1.46×; 128×128
-    pairs with a half-empty last pair 0.62-0.93× (384×4096×4096, 800×1536×4096), full ones 1.04-1.22×."""
+    H100 64×128 pairs at 300 rows (5 rows of tiles, the last pair half empty) ran 0.98-1.15× as fast as
+    the split-K rule's pick, 64×192 in clusters of four at 200 rows (4 rows of tiles, 256 > 200) 1.31-1.40×;
+    128×128 pairs with a half-empty last pair 0.80-0.95× (300 to 800 rows), full ones 0.95-1.26×."""
     cluster, bm = v.family.cluster(v.params), v.family.tile(v.params)[0]
     units = _units_and_slots(v, m, n, sm_count)[0]
     tile_rows = -(-m // bm)

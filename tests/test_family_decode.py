@@ -228,7 +228,8 @@ def test_a_stage_read_by_ordinary_loads_is_fenced_before_the_copy_engine_refills
     the mbarrier orders only the first, so each consumer warp fences its reads before it releases a stage
     (without it about one launch in 400 of the 8-block clusters summed a half-refilled stage on an H100)."""
     consume = TEMPLATE[TEMPLATE.index("void consume("):]
-    assert consume.index("multiply(stages + s * STAGE_BYTES);") < consume.index("release_read_stage(empty_bar(bars, s), lane);")
+    release = consume.index("release_read_stage(empty_bar(bars, s), lane);")
+    assert consume.index("multiply(stages + s * STAGE_BYTES);") < release
     tma = template_text("common/tma.cuh")
     helper = tma[tma.index("void release_read_stage("):]
     fence, arrive = helper.index("fence_stage_reads();"), helper.index("mbar_arrive(empty_bar);")
