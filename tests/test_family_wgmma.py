@@ -341,3 +341,29 @@ def test_kmajor_tensor_map_is_over_b_transposed_in_cluster_shares():
             seen.clear()
     finally:
         tma.tensor_map_2d = real
+
+
+def test_a_lands_in_copies_of_64_rows_and_none_wholly_below_m():
+    """A's map moves A_COPY_ROWS rows a copy, as the template loads them; the producer leaves out the copies
+    of a tile wholly below M and expects that many fewer bytes (TMA's zero fill of rows past the edge cost
+    the 128×128 tiles half their time again at 769 rows on an H100). The TF32-swap and 3xTF32 templates,
+    which share the maps, keep BM-row copies."""
+    from cupy_gemm.families import wgmma
+    src = render(catalogue()[FLAGSHIP])
+    assert f"constexpr int A_COPY_ROWS = {wgmma.A_COPY_ROWS};" in src
+    loop = src[src.index("const int a_rows = "):src.index("if constexpr (B_KMAJOR && !CONVERTERS)")]
+    assert "mbar_arrive_expect_tx(full(stage), STAGE_BYTES - (BM - a_rows) * 128 * (BK / SW_ELEMS));" in loop
+    assert "for (int r = 0; r < a_rows; r += A_COPY_ROWS)" in loop and "tile.row0 + r" in loop
+    seen = []
+    real = tma.tensor_map_2d
+    try:
+        tma.tensor_map_2d = lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128
+        Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
+        for name, rows in ((FLAGSHIP, wgmma.A_COPY_ROWS), ("hgemm_wgmma_m64n128k16_tile256x128_stages4_ws2", 64),
+                           ("sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", 128),
+                           ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", 128)):
+            wgmma.make_args(catalogue()[name], Fake, Fake, Fake, 300, 1000, 4096, 4096, 1000, 1000, 1.0, 0.0)
+            assert seen[0]["box_rows"] == rows, name
+            seen.clear()
+    finally:
+        tma.tensor_map_2d = real

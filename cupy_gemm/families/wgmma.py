@@ -62,6 +62,9 @@ from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzl
 
 SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
 C_BOX_ROWS = 64  # the epilogue stages and stores C in boxes of 64 rows (one m64 tile) by one swizzle row
+# wgmma.cu.j2 loads A in copies of 64 rows and leaves out those wholly below M (its A_COPY_ROWS); the other
+# templates that share these maps (TF32 swap, 3xTF32) load BM rows at a time
+A_COPY_ROWS = 64
 
 
 def _elems_per_row(dtype: str) -> int:
@@ -192,7 +195,8 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, _b_share_k(p, dtype),
                                          b_share // 2 if b_share > 256 else b_share)
     c_sw = c_swizzle(p, dtype)
-    maps = ((A, operand, m, k, lda, p["BM"], row, size, SWIZZLE_BYTES),
+    a_box = A_COPY_ROWS if variant.family.template == _COMMON["template"] else p["BM"]
+    maps = ((A, operand, m, k, lda, a_box, row, size, SWIZZLE_BYTES),
             (B, operand, b_rows, b_cols, ldb, b_box, row, size, SWIZZLE_BYTES),
             (C, out, m, n, ldc, C_BOX_ROWS, c_sw // c_size, c_size, c_sw))
     if batch is None:
