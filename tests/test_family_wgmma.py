@@ -298,52 +298,41 @@ def test_kmajor_clusters_share_rows_of_b():
     assert e.value.param == "CLUSTER"
 
 
-def test_clusters_of_four_share_rows_of_k_where_the_boxes_do_not_divide():
+def _maps_of(monkeypatch, v, ldb):
+    """The keyword arguments of the tensor maps (A, B, C) that make_args builds for v at 300×1000×4096."""
+    from cupy_gemm.families import wgmma
+    seen = []
+    monkeypatch.setattr(tma, "tensor_map_2d", lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128)
+    Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
+    wgmma.make_args(v, Fake, Fake, Fake, 300, 1000, 4096, 4096, ldb, 1000, 1.0, 0.0)
+    return seen
+
+
+def test_clusters_of_four_share_rows_of_k_where_the_boxes_do_not_divide(monkeypatch):
     """An N-major B stage of 64×192 has three boxes: four blocks each multicast 16 rows of k of all three,
     and B's map boxes are that tall; where the boxes divide (128×256 in fours) each takes whole boxes."""
-    from cupy_gemm.families import wgmma
     v = catalogue()["hgemm_wgmma_m64n192k16_tile64x192_stages6_ws1_cluster4"]
     src = render(v)
     assert "constexpr int B_SHARE_K = B_KMAJOR || B_BOXES % CLUSTER == 0 ? BK : BK / CLUSTER;" in src
     assert "kb * BK + k_row, (1 << CLUSTER) - 1" in src
-    seen = []
-    real = tma.tensor_map_2d
-    try:
-        tma.tensor_map_2d = lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128
-        Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
-        for params, box_rows in ((v.params, 16), ({**catalogue()[FLAGSHIP].params, "CLUSTER": 4}, 64)):
-            wgmma.make_args(make_variant(WGMMA, "c4", "float16", params), Fake, Fake, Fake,
-                            300, 1000, 4096, 4096, 1000, 1000, 1.0, 0.0)
-            assert (seen[1]["rows"], seen[1]["box_rows"], seen[1]["box_cols"]) == (4096, box_rows, 64)
-            seen.clear()
-    finally:
-        tma.tensor_map_2d = real
+    for params, box_rows in ((v.params, 16), ({**catalogue()[FLAGSHIP].params, "CLUSTER": 4}, 64)):
+        b = _maps_of(monkeypatch, make_variant(WGMMA, "c4", "float16", params), ldb=1000)[1]
+        assert (b["rows"], b["box_rows"], b["box_cols"]) == (4096, box_rows, 64)
     with pytest.raises(ConfigError, match="1 with split-K or PINGPONG") as e:
         make_variant(WGMMA, "c4s", "float16", {**v.params, "SPLIT_K": 0})
     assert e.value.param == "CLUSTER"
 
 
-def test_kmajor_tensor_map_is_over_b_transposed_in_cluster_shares():
-    from cupy_gemm.families import wgmma
-    seen = []
-    real = tma.tensor_map_2d
-    try:
-        tma.tensor_map_2d = lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128
-        for name, rows in (("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2", 256),
-                           ("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2_cluster2", 128),
-                           ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2", 256),  # families that share make_args
-                           ("sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", 128)):
-            v = catalogue()[name]
-            Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
-            wgmma.make_args(v, Fake, Fake, Fake, 300, 1000, 4096, 4096, 4096, 1000, 1.0, 0.0)
-            b = seen[1]
-            assert (b["rows"], b["cols"], b["ld"], b["box_rows"]) == (1000, 4096, 4096, rows)
-            seen.clear()
-    finally:
-        tma.tensor_map_2d = real
+def test_kmajor_tensor_map_is_over_b_transposed_in_cluster_shares(monkeypatch):
+    for name, rows in (("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2", 256),
+                       ("hgemm_wgmma_kmajor_m64n256k16_stages4_ws2_cluster2", 128),
+                       ("sgemm_wgmma_m64n256k8_tf32_stages3_ws2", 256),  # families that share make_args
+                       ("sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", 128)):
+        b = _maps_of(monkeypatch, catalogue()[name], ldb=4096)[1]
+        assert (b["rows"], b["cols"], b["ld"], b["box_rows"]) == (1000, 4096, 4096, rows)
 
 
-def test_a_lands_in_copies_of_64_rows_and_none_wholly_below_m():
+def test_a_lands_in_copies_of_64_rows_and_none_wholly_below_m(monkeypatch):
     """A's map moves A_COPY_ROWS rows a copy, as the template loads them; the producer leaves out the copies
     of a tile wholly below M and expects that many fewer bytes (TMA's zero fill of rows past the edge cost
     the 128×128 tiles half their time again at 769 rows on an H100). The TF32-swap and 3xTF32 templates,
@@ -354,16 +343,7 @@ def test_a_lands_in_copies_of_64_rows_and_none_wholly_below_m():
     loop = src[src.index("const int a_rows = "):src.index("if constexpr (B_KMAJOR && !CONVERTERS)")]
     assert "mbar_arrive_expect_tx(full(stage), STAGE_BYTES - (BM - a_rows) * 128 * (BK / SW_ELEMS));" in loop
     assert "for (int r = 0; r < a_rows; r += A_COPY_ROWS)" in loop and "tile.row0 + r" in loop
-    seen = []
-    real = tma.tensor_map_2d
-    try:
-        tma.tensor_map_2d = lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128
-        Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
-        for name, rows in ((FLAGSHIP, wgmma.A_COPY_ROWS), ("hgemm_wgmma_m64n128k16_tile256x128_stages4_ws2", 64),
-                           ("sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", 128),
-                           ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", 128)):
-            wgmma.make_args(catalogue()[name], Fake, Fake, Fake, 300, 1000, 4096, 4096, 1000, 1000, 1.0, 0.0)
-            assert seen[0]["box_rows"] == rows, name
-            seen.clear()
-    finally:
-        tma.tensor_map_2d = real
+    for name, rows in ((FLAGSHIP, wgmma.A_COPY_ROWS), ("hgemm_wgmma_m64n128k16_tile256x128_stages4_ws2", 64),
+                       ("sgemm_wgmma_3xtf32_m64n128k8_tile128x128_stages4_ws2", 128),
+                       ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", 128)):
+        assert _maps_of(monkeypatch, catalogue()[name], ldb=1000)[0]["box_rows"] == rows, name
