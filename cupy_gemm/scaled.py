@@ -171,6 +171,13 @@ def _kernel_scales(scale, mode: str, operand: str):
     return cupy.ascontiguousarray(scale.reshape(-1) if mode != "block" else scale)
 
 
+def _scales_in_place(scale_a, mode: str) -> bool:
+    """Whether _kernel_scales passes a's scales to the kernel as they are (not a copy)."""
+    if mode == "block":
+        return _tma_ready(scale_a.T, *scale_a.T.shape, 4) is not None
+    return scale_a.flags.c_contiguous
+
+
 def _output(out, m: int, n: int, out_dtype: str, device):
     """(array the kernel writes, its row stride, array to copy it into afterwards or None)."""
     import cupy
@@ -225,8 +232,8 @@ class _Plan:
                                          pdl=launch.uses_pdl(self.variant, device))
         # operands the kernel reads where they lie give the same arguments for the same addresses
         self.in_place = (k % K_ALIGN == 0 and _tma_ready(a, m, k, 1) is not None
-                         and _tma_ready(b.T, n, k, 1) is not None and self.mode != "block"
-                         and scale_a.flags.c_contiguous and scale_b.flags.c_contiguous)
+                         and _tma_ready(b.T, n, k, 1) is not None and _scales_in_place(scale_a, self.mode)
+                         and scale_b.flags.c_contiguous)
         self.packed: OrderedDict = OrderedDict()
 
     def output(self, out):

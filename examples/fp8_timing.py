@@ -101,13 +101,18 @@ def host_cost(size=256, calls=2000):
     sa_t, sb_t = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
     a_u, b_u = as_uint8(a), as_uint8(b_t).T
     sa, sb = cupy.from_dlpack(sa_t.reshape(1)), cupy.from_dlpack(sb_t.reshape(1))
+    blocks = -(-size // 128)
+    sa_block = cupy.full((blocks, size), 0.5, cupy.float32).T  # [K-block][M] in memory, as quantize returns
+    sb_block = cupy.full((blocks, blocks), 0.25, cupy.float32)
     out = cupy.empty((size, size), dtype="bfloat16")
     contenders = {
         "torch._scaled_mm": lambda: torch._scaled_mm(a, b_t.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16),
         "cupy_gemm.scaled_mm": lambda: cupy_gemm.scaled_mm(a_u, b_u, sa, sb, out=out),
         "cupy_gemm.scaled_plan(...)()": cupy_gemm.scaled_plan(a_u, b_u, sa, sb, out=out),
+        "cupy_gemm.scaled_mm, block scales": lambda: cupy_gemm.scaled_mm(a_u, b_u, sa_block, sb_block, out=out),
+        "cupy_gemm.scaled_plan(...)(), block scales": cupy_gemm.scaled_plan(a_u, b_u, sa_block, sb_block, out=out),
     }
-    print(f"\nhost cost, {size}³ per-tensor, bf16 out (µs a call, {calls} calls, three rounds)")
+    print(f"\nhost cost, {size}³, bf16 out, per-tensor scales unless named (µs a call, {calls} calls, three rounds)")
     for name, call in contenders.items():
         rounds = []
         for _ in range(3):

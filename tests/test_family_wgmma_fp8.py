@@ -131,3 +131,22 @@ def test_a_derived_variant_compiles_without_spills():
 def test_refuses_targets_without_wgmma(arch):
     with pytest.raises(DeviceError, match="sm_90a|sm_90 or newer"):
         compile_variant(catalogue()[FLAGSHIP], arch)
+
+
+def test_a_lands_in_copies_of_64_rows_and_none_wholly_below_m(monkeypatch):
+    """As in the 16-bit template: A's map moves A_COPY_ROWS rows a copy, and the producer leaves out the
+    copies of a tile wholly below M and expects that many fewer bytes (those rows of C are never stored)."""
+    from cupy_gemm import tma
+    from cupy_gemm.families import wgmma, wgmma_fp8
+    src = render(catalogue()[FLAGSHIP])
+    assert f"constexpr int A_COPY_ROWS = {wgmma.A_COPY_ROWS};" in src
+    loop = src[src.index("const int a_rows = "):src.index("tma_load_2d(b_smem")]
+    assert "mbar_arrive_expect_tx(full(stage), STAGE_BYTES - (BM - a_rows) * BK + SA_STAGE_BYTES);" in loop
+    assert "for (int r = 0; r < a_rows; r += A_COPY_ROWS)" in loop and "tile.row0 + r" in loop
+    seen = []
+    monkeypatch.setattr(tma, "tensor_map_2d", lambda ptr, dtype, **kw: seen.append(kw) or b"\0" * 128)
+    Fake = type("Fake", (), {"data": type("D", (), {"ptr": 0})()})
+    for name in (FLAGSHIP, "fp8gemm_wgmma_m64n128k32_tile192x128_e4m3_tensor_bf16_ws3"):
+        seen.clear()
+        wgmma_fp8.make_args(catalogue()[name], Fake, Fake, Fake, Fake, Fake, 300, 1000, 4096, 4096, 4096, 1000)
+        assert (seen[0]["rows"], seen[0]["box_rows"], seen[0]["box_cols"]) == (300, wgmma.A_COPY_ROWS, 128), name

@@ -62,8 +62,8 @@ from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzl
 
 SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
 C_BOX_ROWS = 64  # the epilogue stages and stores C in boxes of 64 rows (one m64 tile) by one swizzle row
-# wgmma.cu.j2 loads A in copies of 64 rows and leaves out those wholly below M (its A_COPY_ROWS); the other
-# templates that share these maps (TF32 swap, 3xTF32) load BM rows at a time
+# wgmma.cu.j2 and wgmma_fp8.cu.j2 load A in copies of 64 rows and leave out those wholly below M (their
+# A_COPY_ROWS); the other templates that share these maps (TF32 swap, 3xTF32) load BM rows at a time
 A_COPY_ROWS = 64
 
 

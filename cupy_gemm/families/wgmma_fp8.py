@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
-from .wgmma import WARP_SPECIALISED
+from .wgmma import A_COPY_ROWS, WARP_SPECIALISED
 
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128
@@ -83,7 +83,8 @@ def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda:
     the variant's SCALING (see the module docstring; block scales of A as a 2-D [K-block][row] array)."""
     from .. import tma
     p = variant.params
-    map_a = tma.tensor_map_2d(a.data.ptr, "uint8", rows=m, cols=k, ld=lda, box_rows=p["BM"], box_cols=K_BLOCK)
+    # A lands in copies of A_COPY_ROWS rows; the kernel leaves out those wholly below M
+    map_a = tma.tensor_map_2d(a.data.ptr, "uint8", rows=m, cols=k, ld=lda, box_rows=A_COPY_ROWS, box_cols=K_BLOCK)
     # with clusters each block loads half of a B stage (and multicasts it): the box is BN / CLUSTER rows
     map_b = tma.tensor_map_2d(b_t.data.ptr, "uint8", rows=n, cols=k, ld=ldb, box_rows=p["BN"] // p["CLUSTER"],
                               box_cols=K_BLOCK)

@@ -130,24 +130,28 @@ def test_operands_that_need_copies():
     assert check(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
 
 
-@pytest.mark.parametrize("mode, k", [("tensor", 272), ("rowcol", 272), ("block", 272), ("tensor", 200)])
-def test_plan_reads_the_operands_when_called(monkeypatch, mode, k):
+@pytest.mark.parametrize("mode, k, m", [("tensor", 272, 130), ("rowcol", 272, 130), ("block", 272, 130),
+                                        ("block", 272, 132), ("tensor", 200, 130)])
+def test_plan_reads_the_operands_when_called(monkeypatch, mode, k, m):
     """A plan reads the operands' contents at each call. Where the kernel reads them in place (K a multiple
-    of 16, per-tensor or row and column scales) it encodes its tensor maps once, when planned; a padded K
-    or block scales (copied into the kernel's layout) make them anew each call."""
+    of 16; block scales of A stored [K-block][M] with M a multiple of 4, as quantize returns them) it
+    encodes its tensor maps once, when planned; a padded K or block scales copied into the kernel's layout
+    make them anew each call."""
     encoded = []
     real = tma.tensor_map_2d
     monkeypatch.setattr(tma, "tensor_map_2d", lambda *args, **kw: encoded.append(1) or real(*args, **kw))
-    m, n = 130, 260
+    n = 260
     a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
     sa, sb = random_scales(mode, m, n, k, 3)
+    if mode == "block":
+        sa = cupy.asfortranarray(sa)  # [K-block][M] in memory: read in place where M % 4 == 0
     run = cupy_gemm.scaled_plan(a, b, sa, sb, out_dtype="float32")
     first = run()
     a[...] = random_fp8((m, k), "e4m3", 4)
     sa[...] = sa * 2
     assert run() is first
     assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
-    in_place = mode != "block" and k % 16 == 0
+    in_place = k % 16 == 0 and (mode != "block" or m % 4 == 0)
     maps = 4 if mode == "block" else 3  # block scales of A are read through a map of their own
     assert len(encoded) == (maps if in_place else 2 * maps)
 
