@@ -114,9 +114,15 @@ def test_named_variant_must_match_the_call():
     (4096, 7168, "tensor", "bfloat16", (128, 256)),   # 92% against 97%
     (8192, 8192, "block", "bfloat16", (128, 256)),    # block scales keep the first entry
     (8192, 8192, "tensor", "float16", (128, 256)),    # no 128×192 entry for this output
+    (16, 7168, "tensor", "bfloat16", (64, 64)),       # M <= 128: 112 tiles of 64×64 fit one wave
+    (128, 7168, "block", "bfloat16", (64, 128)),      # 224 of 64×64 would not; 112 of 64×128 do
+    (16, 2048, "tensor", "float32", (64, 64)),        # derived for an output the catalogue lacks
+    (128, 14336, "tensor", "bfloat16", (128, 192)),   # neither fits one wave: the rules above
+    (129, 1000, "tensor", "bfloat16", (128, 192)),   # M > 128: the wave rule
 ])
 def test_default_tile_follows_the_waves(m, n, mode, out_dtype, tile):
-    """Per-tensor scales take the 128×192 entry where its waves on 132 SMs are about as full as 128×256's."""
+    """Per-tensor scales take the 128×192 entry where its waves on 132 SMs are about as full as 128×256's;
+    M <= 128 takes the first 64-row tile whose tiles fit one wave."""
     v = scaled.variant_for("e4m3", "e4m3", mode, out_dtype, m, n, 132)
     assert (v.params["BM"], v.params["BN"]) == tile and v.dtype == out_dtype and v.params["CLUSTER"] == 1
     assert v.params["SCALING"] == scaled.SCALING_IDS[mode]

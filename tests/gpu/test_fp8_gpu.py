@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import fp8, registry, scaled, tma, verify
+from cupy_gemm import fp8, launch, registry, scaled, tma, verify
 from cupy_gemm.errors import DTypeError
 from cupy_gemm.launch import compute_capability
 
@@ -96,6 +96,18 @@ def test_default_variant_for_every_mode(fa, fb, mode, out_dtype):
     """variant=None: a catalogue entry where one matches, else one derived from the per-tensor default."""
     _skip_without_bf16(out_dtype)
     run_case(333, 520, 1040 + 16, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=5)
+
+
+@pytest.mark.parametrize("out_dtype", scaled.OUT_DTYPES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fa,fb", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
+@pytest.mark.parametrize("m,n", [(17, 1000), (100, 5000)])  # 64×64 and 64×128 on 132 SMs
+def test_default_at_small_m_takes_64_row_tiles(fa, fb, mode, out_dtype, m, n):
+    """M <= 128 where 64-row tiles fit one wave: a 64×64 or 64×128 tile, from the catalogue or derived."""
+    _skip_without_bf16(out_dtype)
+    v = scaled.variant_for(fa, fb, mode, out_dtype, m, n, launch.sm_count(cupy.cuda.Device()))
+    assert v.params["BM"] == 64 and v.params["CONSUMERS"] == 1, v.name
+    run_case(m, n, 1040 + 16, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=6)
 
 
 def test_long_k_keeps_accuracy():
