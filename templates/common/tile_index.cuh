@@ -18,3 +18,10 @@ __device__ __forceinline__ Tile tile_of(int t, int M, int N, int bm, int bn, int
 __device__ __forceinline__ Tile block_tile(int M, int N, int bm, int bn, int swizzle_cols) {
     return tile_of((int)blockIdx.x, M, N, bm, bn, swizzle_cols);
 }
+
+// Rows of a bm-row tile at row0 that its A copies of copy_rows rows cover: whole copies up to the first at
+// or past M, none where the tile lies wholly below M. TMA zero-fills what a copy reads past M, which is not
+// free, and each row of C reads only its own row of A, so the rows of the copies left out are never needed.
+__device__ __forceinline__ int a_rows_to_load(int M, int row0, int bm, int copy_rows) {
+    return min(bm, max(0, (M - row0 + copy_rows - 1) / copy_rows * copy_rows));
+}
