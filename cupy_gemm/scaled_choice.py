@@ -46,6 +46,13 @@ def _wanted(format_a: str, format_b: str, mode: str) -> dict:
             "SCALING": SCALING_IDS[mode], "PROMOTE": 1}
 
 
+def _derived(base: registry.Variant, tag: str, format_a: str, format_b: str, mode: str,
+             out_dtype: str) -> registry.Variant:
+    """base's tile and pipeline made to take these formats, scaling and output (validated like any variant)."""
+    name = f"fp8gemm_wgmma_{tag}{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}"
+    return registry.make_variant(base.family, name, out_dtype, {**base.params, **_wanted(format_a, format_b, mode)})
+
+
 def _matching(want: dict, out_dtype: str) -> list[registry.Variant]:
     return [v for v in registry.catalogue().values() if v.family.name == FAMILY and v.dtype == out_dtype
             and all(v.params[key] == value for key, value in want.items())]
@@ -61,19 +68,16 @@ def _entry_with_tile(format_a: str, format_b: str, mode: str, out_dtype: str, ti
     if found:
         return found[0]
     base = next(v for v in registry.catalogue().values() if v.family.name == FAMILY and with_tile(v))
-    name = f"fp8gemm_wgmma_tile{tile[0]}x{tile[1]}_{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}"
-    return registry.make_variant(base.family, name, out_dtype, {**base.params, **want})
+    return _derived(base, f"tile{tile[0]}x{tile[1]}_", format_a, format_b, mode, out_dtype)
 
 
 @lru_cache(maxsize=None)
 def _entries_for(format_a: str, format_b: str, mode: str, out_dtype: str) -> tuple[registry.Variant, registry.Variant | None]:
     """(the default for these formats, scaling and output, its catalogue 128×192 alternative or None); cached
     per call kind, where the wave rule above depends on the shape."""
-    want = _wanted(format_a, format_b, mode)
-    entries = [v for v in registry.catalogue().values() if v.family.name == FAMILY]
-    matching = _matching(want, out_dtype)
+    matching = _matching(_wanted(format_a, format_b, mode), out_dtype)
     if matching:
         narrow = [v for v in matching if (v.params["BM"], v.params["BN"]) == NARROW_TILE and v.params["CLUSTER"] == 1]
         return matching[0], (narrow[0] if narrow else None)
-    name = f"fp8gemm_wgmma_{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}"
-    return registry.make_variant(registry.family(FAMILY), name, out_dtype, {**entries[0].params, **want}), None
+    first = next(v for v in registry.catalogue().values() if v.family.name == FAMILY)
+    return _derived(first, "", format_a, format_b, mode, out_dtype), None
