@@ -79,11 +79,11 @@ def check_operands(a, b, scale_a, scale_b, format_a: str, format_b: str, out_dty
 
 
 def check_variant(variant, format_a: str, format_b: str, modes, out_dtype: str, m: int | None = None,
-                  n: int | None = None, sm_count: int | None = None) -> tuple[registry.Variant, str]:
-    """The variant to run and its scaling mode: the default for the cheapest mode (for an m×n output on
+                  n: int | None = None, k: int | None = None, sm_count: int | None = None) -> tuple[registry.Variant, str]:
+    """The variant to run and its scaling mode: the default for the cheapest mode (for an m×n×k product on
     sm_count SMs where given), or the one the caller named, which must be of this family and match the call."""
     if variant is None:
-        return variant_for(format_a, format_b, modes[0], out_dtype, m, n, sm_count), modes[0]
+        return variant_for(format_a, format_b, modes[0], out_dtype, m, n, k, sm_count), modes[0]
     variant = getattr(variant, "variant", variant)  # a Kernel
     if isinstance(variant, str):
         variant = registry.lookup(variant)
@@ -180,7 +180,7 @@ class _Plan:
         if len(devices) > 1:
             raise InputError(f"a, b and the scales must be on one GPU; they are on GPUs {sorted(devices)}")
         self.device = device = cupy.cuda.Device(a.device.id)
-        self.variant, self.mode = check_variant(variant, format_a, format_b, modes, out_dtype, m, n,
+        self.variant, self.mode = check_variant(variant, format_a, format_b, modes, out_dtype, m, n, k,
                                                 launch.sm_count(device))
         self.m, self.n, self.k = m, n, k
         self.product = None

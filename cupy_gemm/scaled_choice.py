@@ -1,44 +1,46 @@
 """The default FP8 variant for a call: formats, scaling and output pick the catalogue's entries (or one
-derived from them), and M, N and the SM count pick the tile among them (scaled.py checks and runs)."""
+derived from them), and M, N, K and the SM count pick the tile among them (scaled.py checks and runs)."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 from . import fp8, registry
-from .tile_geometry import wave_fill
 
 FAMILY = "wgmma_fp8"
 SCALING_IDS = {"tensor": 0, "rowcol": 1, "block": 2}
-# Per-tensor and row/column scales leave the main loop the same: there a 128×192 tile (one wgmma group per
-# K-block, so one wait and one promotion) beats the first entry's 128×256 where its waves are about as full,
-# and loses where 128×256's are fuller. H100, 2026-11-26, TFLOPS: 8192³ (waves 99% against 97% full)
-# 1241 against 1148; 4096³ (89% against 97%) 1099–1129 against 1146–1205; 4096×7168×16384 (92% against
-# 97%) 1115–1149 against 1160–1167.
-NARROW_TILE = (128, 192)
-NARROW_TILE_MARGIN = 0.02  # how much emptier its waves may be
-# At M <= SMALL_M 128-row tiles leave most SMs idle: there the first of these 64-row tiles (one consumer
-# warpgroup) whose tiles fit one wave is taken. H100, 2026-11-28, µs against 128×256 and torch._scaled_mm:
-# 16×2048×7168 14.3 (64×64) against 41.5 and 25.0; 64×4096×14336 26.8 against 75.9 and 28.3;
-# 128×7168×4096 16.4 (64×128) against 26.0 and 20.0; block scales alike.
-SMALL_M = 128
-SMALL_TILES = ((64, 64), (64, 128))
+# Where the shape is known the default is the tile expected to finish first: its rounds of tiles (waves of
+# persistent blocks, one an SM) × (K-blocks × ns per K-block + ns per tile), the first listed (the
+# catalogue's first entry) on a tie. Per-tensor and row/column scales leave the main loop the same; block
+# scales add their loads and an FFMA promotion. Fitted on an H100 80GB HBM3 (2026-11-28) by least squares
+# in relative error to 29 shapes from 129×7168×2048 to 8192³ (e4m3, bf16 out; rms error 6–11% a tile).
+# There the rule's pick ran within 1.002× (geomean; 1.05 at most) of the fastest of the five tiles where
+# the rules before it ran 1.15× (2.1 at most); block scales 1.001× against 1.27× (2.9 at most).
+TILE_COSTS = {
+    "tensor": {(128, 256): (757, 3341), (128, 192): (539, 3376), (128, 128): (432, 2097),
+               (64, 128): (377, 851), (64, 64): (241, 358)},
+    "block": {(128, 256): (804, 3305), (128, 192): (625, 3067), (128, 128): (547, 1367),
+              (64, 128): (370, 1075), (64, 64): (264, 465)},
+}
+K_BLOCK = 128  # the family's K-block (families/wgmma_fp8.py)
+
+
+def expected_ns(mode: str, tile: tuple[int, int], m: int, n: int, k: int, sm_count: int) -> float:
+    """A tile's expected time at m×n×k on sm_count SMs under TILE_COSTS (row/column scales cost as per-tensor)."""
+    per_k_block, per_tile = TILE_COSTS["block" if mode == "block" else "tensor"][tile]
+    rounds = -(-(-(-m // tile[0]) * -(-n // tile[1])) // sm_count)
+    return rounds * (-(-k // K_BLOCK) * per_k_block + per_tile)
 
 
 def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int | None = None,
-                n: int | None = None, sm_count: int | None = None) -> registry.Variant:
-    """The first catalogue entry for these formats, scaling and output that promotes every K-block (with
-    m, n and the SM count, per-tensor and row/column scales take the catalogue's 128×192 entry instead
-    where its waves are within NARROW_TILE_MARGIN of as full, and M <= SMALL_M a 64-row tile of
-    SMALL_TILES); else the per-tensor default's tile and pipeline with them (validated like any variant)."""
-    if sm_count and m and n and m <= SMALL_M:
-        for tile in SMALL_TILES:
-            if -(-m // tile[0]) * -(-n // tile[1]) <= sm_count:
-                return _entry_with_tile(format_a, format_b, mode, out_dtype, tile)
-    first, narrow = _entries_for(format_a, format_b, mode, out_dtype)
-    if narrow is not None and mode != "block" and sm_count and m and n and \
-            wave_fill(narrow, m, n, sm_count) >= wave_fill(first, m, n, sm_count) - NARROW_TILE_MARGIN:
-        return narrow
-    return first
+                n: int | None = None, k: int | None = None, sm_count: int | None = None) -> registry.Variant:
+    """With the shape and the SM count, the TILE_COSTS tile expected to finish first; without them the first
+    catalogue entry for these formats, scaling and output that promotes every K-block. A tile the catalogue
+    lacks for this call is derived from an entry with it (validated like any variant)."""
+    if not (m and n and k and sm_count):
+        return _first(format_a, format_b, mode, out_dtype)
+    tiles = TILE_COSTS["block" if mode == "block" else "tensor"]
+    tile = min(tiles, key=lambda t: expected_ns(mode, t, m, n, k, sm_count))  # min keeps the first of equals
+    return _entry_with_tile(format_a, format_b, mode, out_dtype, tile)
 
 
 def _wanted(format_a: str, format_b: str, mode: str) -> dict:
@@ -60,24 +62,25 @@ def _matching(want: dict, out_dtype: str) -> list[registry.Variant]:
 
 @lru_cache(maxsize=None)
 def _entry_with_tile(format_a: str, format_b: str, mode: str, out_dtype: str, tile) -> registry.Variant:
-    """The catalogue entry with this BM×BN tile (no clusters) for these formats, scaling and output; else the
-    first catalogue entry with the tile, made to take them."""
+    """The catalogue entry with this BM×BN tile (no clusters) for these formats, scaling and output; else one
+    with the tile, of the same scaling where there is one (block scales take shared memory in each stage),
+    made to take them."""
     want = _wanted(format_a, format_b, mode)
     with_tile = lambda v: (v.params["BM"], v.params["BN"]) == tile and v.params["CLUSTER"] == 1
     found = [v for v in _matching(want, out_dtype) if with_tile(v)]
     if found:
         return found[0]
-    base = next(v for v in registry.catalogue().values() if v.family.name == FAMILY and with_tile(v))
+    bases = [v for v in registry.catalogue().values() if v.family.name == FAMILY and with_tile(v)]
+    base = next((v for v in bases if v.params["SCALING"] == want["SCALING"]), bases[0])
     return _derived(base, f"tile{tile[0]}x{tile[1]}_", format_a, format_b, mode, out_dtype)
 
 
 @lru_cache(maxsize=None)
-def _entries_for(format_a: str, format_b: str, mode: str, out_dtype: str) -> tuple[registry.Variant, registry.Variant | None]:
-    """(the default for these formats, scaling and output, its catalogue 128×192 alternative or None); cached
-    per call kind, where the wave rule above depends on the shape."""
+def _first(format_a: str, format_b: str, mode: str, out_dtype: str) -> registry.Variant:
+    """The first catalogue entry for these formats, scaling and output, else the per-tensor default's tile and
+    pipeline made to take them."""
     matching = _matching(_wanted(format_a, format_b, mode), out_dtype)
     if matching:
-        narrow = [v for v in matching if (v.params["BM"], v.params["BN"]) == NARROW_TILE and v.params["CLUSTER"] == 1]
-        return matching[0], (narrow[0] if narrow else None)
+        return matching[0]
     first = next(v for v in registry.catalogue().values() if v.family.name == FAMILY)
-    return _derived(first, "", format_a, format_b, mode, out_dtype), None
+    return _derived(first, "", format_a, format_b, mode, out_dtype)

@@ -86,7 +86,7 @@ def time_shape(m, n, k, args, l2_bytes):
     promoted = [name for name in per_tensor if registry.lookup(name).params["PROMOTE"]]
     best_tensor = min(medians[name] for name in promoted)
     for mode in ("tensor", "block"):
-        chosen = scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, launch.sm_count(cupy.cuda.Device()))
+        chosen = scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, launch.sm_count(cupy.cuda.Device()))
         print(f"scaled_mm's default, {mode} scales: {chosen.name}, {base / medians[chosen.name]:.3f} × torch._scaled_mm")
     print(f"best block-scaled / best promoted per-tensor speed: {best_tensor / min(medians[b] for b in block):.3f}")
 

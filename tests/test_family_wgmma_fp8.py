@@ -2,7 +2,7 @@
 and GPU-free sm_90a compiles of variants the API derives (the catalogue's own are in test_compile)."""
 import pytest
 
-from cupy_gemm import scaled
+from cupy_gemm import scaled, scaled_choice
 from cupy_gemm.compile import compile_variant
 from cupy_gemm.errors import ConfigError, DeviceError
 from cupy_gemm.registry import catalogue, family, make_variant
@@ -115,13 +115,20 @@ def test_default_variants_for_every_call_validate():
                 assert v.family is FP8 and v.dtype == out and v.params["PROMOTE"] == 1
                 assert (v.params["FORMAT_A"], v.params["FORMAT_B"]) == (fa == "e5m2", fb == "e5m2")
                 assert v.params["SCALING"] == scaled.SCALING_IDS[mode]
+                for tile in scaled_choice.TILE_COSTS["tensor"]:  # every tile a shape may pick, derived or not
+                    t = scaled_choice._entry_with_tile(fa, fb, mode, out, tile)
+                    assert (t.params["BM"], t.params["BN"], t.params["CLUSTER"]) == (*tile, 1) and t.dtype == out
+                    assert t.params["SCALING"] == v.params["SCALING"] and t.params["PROMOTE"] == 1
+                    assert (t.params["FORMAT_A"], t.params["FORMAT_B"]) == (v.params["FORMAT_A"], v.params["FORMAT_B"])
     assert scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16").name == FLAGSHIP
     assert scaled.variant_for("e4m3", "e4m3", "block", "bfloat16").name == \
         "fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_block_bf16"
 
 
-def test_a_derived_variant_compiles_without_spills():
-    v = scaled.variant_for("e5m2", "e4m3", "block", "float16")
+@pytest.mark.parametrize("tile", [None, (128, 192), (128, 128)])
+def test_a_derived_variant_compiles_without_spills(tile):
+    v = scaled.variant_for("e5m2", "e4m3", "block", "float16") if tile is None else \
+        scaled_choice._entry_with_tile("e5m2", "e4m3", "block", "float32", tile)
     assert ".e5m2.e4m3" in render(v)
     res = compile_variant(v, "sm_90a").resources
     assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), res

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import fp8, scaled, toolkit
+from cupy_gemm import fp8, scaled, scaled_choice, toolkit
 from cupy_gemm.errors import DTypeError, InputError
 from fake_gpu import gpu  # noqa: F401  (the fixture)
 
@@ -108,25 +108,42 @@ def test_named_variant_must_match_the_call():
     assert mode == "rowcol" and v.params["SCALING"] == 1 and v.dtype == "float32"
 
 
-@pytest.mark.parametrize("m,n,mode,out_dtype,tile", [
-    (8192, 8192, "tensor", "bfloat16", (128, 192)),   # waves 99% full against 97%
-    (4096, 4096, "tensor", "bfloat16", (128, 256)),   # 89% against 97%
-    (4096, 7168, "tensor", "bfloat16", (128, 256)),   # 92% against 97%
-    (8192, 8192, "block", "bfloat16", (128, 256)),    # block scales keep the first entry
-    (8192, 8192, "tensor", "float16", (128, 256)),    # no 128×192 entry for this output
-    (16, 7168, "tensor", "bfloat16", (64, 64)),       # M <= 128: 112 tiles of 64×64 fit one wave
-    (128, 7168, "block", "bfloat16", (64, 128)),      # 224 of 64×64 would not; 112 of 64×128 do
-    (16, 2048, "tensor", "float32", (64, 64)),        # derived for an output the catalogue lacks
-    (128, 14336, "tensor", "bfloat16", (128, 192)),   # neither fits one wave: the rules above
-    (129, 1000, "tensor", "bfloat16", (128, 192)),   # M > 128: the wave rule
+@pytest.mark.parametrize("m,n,k,mode,out_dtype,tile", [
+    # where the rules before the cost table ran another tile, H100 2026-11-28 (µs, that tile → this one)
+    (192, 2048, 7168, "tensor", "bfloat16", (64, 64)),     # 128×192: 30.6 → 14.6
+    (512, 4096, 4096, "tensor", "bfloat16", (128, 128)),   # 128×192: 20.5 → 16.6
+    (800, 1024, 4096, "tensor", "bfloat16", (64, 128)),    # 128×192: 19.1 → 13.5
+    (8192, 1024, 4096, "tensor", "bfloat16", (128, 256)),  # 128×192: 59.7 → 54.6
+    (300, 2048, 7168, "block", "bfloat16", (64, 128)),     # 128×256: 43.9 → 21.9
+    (3500, 1536, 4096, "block", "bfloat16", (128, 192)),   # 128×256: 55.5 → 42.9
+    # and where they agree
+    (8192, 8192, 8192, "tensor", "bfloat16", (128, 192)),
+    (4096, 4096, 4096, "tensor", "bfloat16", (128, 256)),
+    (8192, 8192, 8192, "block", "bfloat16", (128, 256)),
+    (16, 7168, 4096, "tensor", "bfloat16", (64, 64)),
+    (128, 7168, 4096, "block", "bfloat16", (64, 128)),
+    (64, 4096, 14336, "rowcol", "bfloat16", (64, 64)),     # row/column scales cost as per-tensor
+    (16, 2048, 4096, "tensor", "float32", (64, 64)),       # derived for an output the catalogue lacks
+    (8192, 8192, 8192, "tensor", "float16", (128, 192)),   # likewise
 ])
-def test_default_tile_follows_the_waves(m, n, mode, out_dtype, tile):
-    """Per-tensor scales take the 128×192 entry where its waves on 132 SMs are about as full as 128×256's;
-    M <= 128 takes the first 64-row tile whose tiles fit one wave."""
-    v = scaled.variant_for("e4m3", "e4m3", mode, out_dtype, m, n, 132)
+def test_default_tile_is_the_one_expected_first(m, n, k, mode, out_dtype, tile):
+    """variant=None with the shape on 132 SMs: the tile of TILE_COSTS with the least expected time, from the
+    catalogue or derived; without the shape, the first catalogue entry."""
+    v = scaled.variant_for("e4m3", "e4m3", mode, out_dtype, m, n, k, 132)
     assert (v.params["BM"], v.params["BN"]) == tile and v.dtype == out_dtype and v.params["CLUSTER"] == 1
     assert v.params["SCALING"] == scaled.SCALING_IDS[mode]
+    costs = {t: scaled_choice.expected_ns(mode, t, m, n, k, 132) for t in scaled_choice.TILE_COSTS["tensor"]}
+    assert costs[tile] == min(costs.values())
     assert scaled.variant_for("e4m3", "e4m3", mode, out_dtype) is scaled.variant_for("e4m3", "e4m3", mode, out_dtype, 1, 1)
+
+
+def test_expected_time_counts_rounds_of_tiles():
+    """Rounds × (K-blocks × ns per K-block + ns per tile): 129 rows of 128-row tiles make two rows of them."""
+    a, b = scaled_choice.TILE_COSTS["tensor"][(128, 128)]
+    assert scaled_choice.expected_ns("tensor", (128, 128), 128, 128 * 132, 1024, 132) == 8 * a + b
+    assert scaled_choice.expected_ns("rowcol", (128, 128), 129, 128 * 132, 1025, 132) == 2 * (9 * a + b)
+    a, b = scaled_choice.TILE_COSTS["block"][(64, 64)]
+    assert scaled_choice.expected_ns("block", (64, 64), 1, 64, 128, 132) == a + b
 
 
 # ---- quantize's host side ------------------------------------------------------------------------------

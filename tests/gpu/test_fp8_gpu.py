@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import fp8, launch, registry, scaled, tma, verify
+from cupy_gemm import fp8, launch, registry, scaled, scaled_choice, tma, verify
 from cupy_gemm.errors import DTypeError
 from cupy_gemm.launch import compute_capability
 
@@ -98,16 +98,28 @@ def test_default_variant_for_every_mode(fa, fb, mode, out_dtype):
     run_case(333, 520, 1040 + 16, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=5)
 
 
-@pytest.mark.parametrize("out_dtype", scaled.OUT_DTYPES)
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fa,fb", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
-@pytest.mark.parametrize("m,n", [(17, 1000), (100, 5000)])  # 64×64 and 64×128 on 132 SMs
-def test_default_at_small_m_takes_64_row_tiles(fa, fb, mode, out_dtype, m, n):
-    """M <= 128 where 64-row tiles fit one wave: a 64×64 or 64×128 tile, from the catalogue or derived."""
+@pytest.mark.parametrize("fa,fb,out_dtype", [("e4m3", "e4m3", "bfloat16"), ("e5m2", "e4m3", "float16"),
+                                             ("e4m3", "e5m2", "float32")])
+@pytest.mark.parametrize("tile", list(scaled_choice.TILE_COSTS["tensor"]), ids=lambda t: f"{t[0]}x{t[1]}")
+def test_every_tile_the_default_may_take(tile, fa, fb, out_dtype, mode):
+    """Each tile of the default's cost table, from the catalogue or derived for this call, on a ragged shape."""
     _skip_without_bf16(out_dtype)
-    v = scaled.variant_for(fa, fb, mode, out_dtype, m, n, launch.sm_count(cupy.cuda.Device()))
-    assert v.params["BM"] == 64 and v.params["CONSUMERS"] == 1, v.name
-    run_case(m, n, 1040 + 16, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=6)
+    v = scaled_choice._entry_with_tile(fa, fb, mode, out_dtype, tile)
+    assert (v.params["BM"], v.params["BN"]) == tile and v.params["SCALING"] == scaled.SCALING_IDS[mode], v.name
+    run_case(tile[0] + 17, 2 * tile[1] + 8, 1040 + 16, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, variant=v,
+             seed=6)
+
+
+@pytest.mark.parametrize("m,n,k,tile", [(17, 1000, 1056, (64, 64)), (100, 5000, 1056, (64, 128)),
+                                        (512, 4096, 4096, (128, 128))])
+def test_default_takes_the_tile_expected_first(m, n, k, tile):
+    """variant=None at these shapes on an H100's or H200's 132 SMs: the cost table's pick, correct."""
+    sms = launch.sm_count(cupy.cuda.Device())
+    v = scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", m, n, k, sms)
+    if sms == 132:
+        assert (v.params["BM"], v.params["BN"]) == tile, v.name
+    run_case(m, n, k, seed=7)
 
 
 def test_long_k_keeps_accuracy():
