@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from . import fp8, registry
+from .families.wgmma_fp8 import K_BLOCK
 
 FAMILY = "wgmma_fp8"
 SCALING_IDS = {"tensor": 0, "rowcol": 1, "block": 2}
@@ -21,7 +22,6 @@ TILE_COSTS = {
     "block": {(128, 256): (804, 3305), (128, 192): (625, 3067), (128, 128): (547, 1367),
               (64, 128): (370, 1075), (64, 64): (264, 465)},
 }
-K_BLOCK = 128  # the family's K-block (families/wgmma_fp8.py)
 
 
 def expected_ns(mode: str, tile: tuple[int, int], m: int, n: int, k: int, sm_count: int) -> float:

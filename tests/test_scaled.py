@@ -132,8 +132,6 @@ def test_default_tile_is_the_one_expected_first(m, n, k, mode, out_dtype, tile):
     v = scaled.variant_for("e4m3", "e4m3", mode, out_dtype, m, n, k, 132)
     assert (v.params["BM"], v.params["BN"]) == tile and v.dtype == out_dtype and v.params["CLUSTER"] == 1
     assert v.params["SCALING"] == scaled.SCALING_IDS[mode]
-    costs = {t: scaled_choice.expected_ns(mode, t, m, n, k, 132) for t in scaled_choice.TILE_COSTS["tensor"]}
-    assert costs[tile] == min(costs.values())
     assert scaled.variant_for("e4m3", "e4m3", mode, out_dtype) is scaled.variant_for("e4m3", "e4m3", mode, out_dtype, 1, 1)
 
 
