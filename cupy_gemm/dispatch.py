@@ -301,23 +301,30 @@ def describe_gpu(name: str, cc: int) -> Gpu:
     return Gpu(name, cc, table["gpu"].get("sm_count") if table else None)
 
 
+def gpu_for(device=None) -> Gpu:
+    """The Gpu of a CUDA device id or cupy Device (None: the current one), a Gpu, or a (name, cc) pair for a
+    GPU not present."""
+    if isinstance(device, tuple) and not isinstance(device, Gpu):
+        return describe_gpu(*device)
+    if isinstance(device, Gpu):
+        return device
+    if device is None:
+        import cupy
+        try:
+            device = cupy.cuda.runtime.getDevice()
+        except Exception as e:  # no driver, no device: CuPy's own CUDA errors
+            raise DeviceError(f"no CUDA GPU to explain for ({e}); name one instead: device=(name, cc), "
+                              f"or --gpu NAME --cc XY on the command line") from None
+    return gpu_of(device if isinstance(device, int) else device.id)
+
+
 def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = None, b_layout: str = "row") -> str:
     """Which variant `matmul(variant=None)` runs for an m×n×k product of `dtype`, and why. device: a CUDA
     device id or cupy Device (None: the current one), or a Gpu / (name, cc) pair for a GPU not present.
     b_layout: "row" (B is K×N, C-contiguous) or "col" (B column-major, as W.T of a linear layer's N×K W)."""
     if b_layout not in B_LAYOUTS:
         raise ValueError(f"b_layout must be one of {', '.join(B_LAYOUTS)}, not {b_layout!r}")
-    if isinstance(device, tuple) and not isinstance(device, Gpu):
-        device = describe_gpu(*device)
-    if not isinstance(device, Gpu):
-        if device is None:
-            import cupy
-            try:
-                device = cupy.cuda.runtime.getDevice()
-            except Exception as e:  # no driver, no device: CuPy's own CUDA errors
-                raise DeviceError(f"no CUDA GPU to explain for ({e}); name one instead: device=(name, cc), "
-                                  f"or --gpu NAME --cc XY on the command line") from None
-        device = gpu_of(device if isinstance(device, int) else device.id)
+    device = gpu_for(device)
     key = defaults_key(dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype)), precision)
     itemsize = 2 if key in ("float16", "bfloat16") else 4
     b = fresh((k, n), itemsize) if b_layout == "row" else fresh((n, k), itemsize).T
@@ -335,6 +342,6 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
 
 
 __all__ = ["Gpu", "Decision", "PRECISIONS", "defaults_key", "dtype_key", "candidates", "why_not", "first_default",
-           "choose", "explain",
+           "choose", "explain", "gpu_for",
            "gpu_of", "describe_gpu", "rows_of", "tiles_of", "padded_area", "deep_k", "table_from_results", "format_table",
            "kernel_cost", "SKINNY_MAX", "IN_FLIGHT_BYTES", "TABLE_REACH", "COPY_SHARE"]

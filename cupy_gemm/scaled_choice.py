@@ -84,3 +84,22 @@ def _first(format_a: str, format_b: str, mode: str, out_dtype: str) -> registry.
         return matching[0]
     first = next(v for v in registry.catalogue().values() if v.family.name == FAMILY)
     return _derived(first, "", format_a, format_b, mode, out_dtype)
+
+
+def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: int, k: int, device=None) -> str:
+    """Which variant `scaled_mm(variant=None)` runs for an m×n×k product, and each tile's expected time.
+    device: as dispatch.explain's (None: the current GPU; a (name, cc) pair for one not present)."""
+    from .dispatch import ASSUMED_SM_COUNT, gpu_for
+    gpu = gpu_for(device)
+    sm_count = gpu.sm_count or ASSUMED_SM_COUNT
+    variant = variant_for(format_a, format_b, mode, out_dtype, m, n, k, sm_count)
+    estimate = {t: expected_ns(mode, t, m, n, k, sm_count) for t in TILE_COSTS["block" if mode == "block" else "tensor"]}
+    ranked = ", ".join(f"{t[0]}×{t[1]} ~{estimate[t] / 1000:.1f} µs" for t in sorted(estimate, key=estimate.get))
+    sms = f"{gpu.sm_count} SMs" if gpu.sm_count else f"SM count unknown, {ASSUMED_SM_COUNT} assumed"
+    lines = [f"{format_a} × {format_b} {m}×{n}×{k}, {mode} scales, {out_dtype} out, on {gpu.name} (sm_{gpu.cc}, {sms})",
+             f"variant: {variant.name}",
+             f"why: the tile expected to finish first, rounds of tiles × (K-blocks × ns per K-block + ns per tile), "
+             f"costs fitted on an H100 (scaled_choice.TILE_COSTS): {ranked}"]
+    if gpu.cc < 90:
+        lines.append("note: the FP8 kernels need an sm_90 GPU; scaled_mm raises DeviceError on this one")
+    return "\n".join(lines) + "\n"

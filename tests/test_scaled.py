@@ -240,3 +240,29 @@ def test_scaled_mm_plans_are_keyed_by_geometry(gpu):
         cupy_gemm.scaled_mm(a, b, sa, sb, format_a=["e4m3"], out_dtype="float32")
     with pytest.raises(DTypeError, match="out_dtype must be one of"):
         cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="fp9")
+
+
+# ---- explain ---------------------------------------------------------------------------------------------
+
+H100 = ("NVIDIA H100 80GB HBM3", 90)
+
+
+def test_explain_names_the_tile_and_ranks_the_estimates():
+    text = scaled_choice.explain("e4m3", "e4m3", "tensor", "bfloat16", 300, 2048, 7168, H100)
+    assert "variant: fp8gemm_wgmma_m64n128k32_tile64x128_e4m3_tensor_bf16\n" in text
+    assert "(sm_90, 132 SMs)" in text and text.index("64×128 ~") < text.index("128×128 ~") < text.index("128×256 ~")
+    text = scaled_choice.explain("e4m3", "e5m2", "block", "float32", 8192, 8192, 8192, ("NVIDIA A100-SXM4-80GB", 80))
+    assert "tile128x256_e4m3e5m2_block" in text and "block scales, float32 out" in text
+    assert "need an sm_90 GPU" in text
+
+
+def test_explain_command_for_fp8(capsys):
+    from cupy_gemm import cli
+    gpu = ["--gpu", H100[0], "--cc", "90"]
+    assert cli.main(["explain", "300x2048x7168", "--dtype", "e4m3", "--scaling", "block", *gpu]) == 0
+    out = capsys.readouterr().out
+    assert "block scales" in out and "tile64x128_e4m3_block" in out
+    assert cli.main(["explain", "64", "--dtype", "e5m2", "--format-b", "e5m2", *gpu]) == 2
+    assert "at most one e5m2" in capsys.readouterr().err
+    assert cli.main(["explain", "64", "--dtype", "e4m3", "--b-layout", "col", *gpu]) == 2
+    assert "scaled_mm reads B column-major" in capsys.readouterr().err
