@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from . import dispatch, fp8, scaled_choice
+from . import dispatch, fp8, scaled, scaled_choice
 from .arrange import B_LAYOUTS
 from .cli_output import dtype_name
 from .errors import CupyGemmError
@@ -24,7 +24,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--format-b", choices=fp8.FORMATS, default="e4m3", help="FP8: B's format (default e4m3)")
     p.add_argument("--scaling", choices=tuple(scaled_choice.SCALING_IDS), default="tensor",
                    help="FP8: per-tensor scales, per row of A and column of B, or blocks (default tensor)")
-    p.add_argument("--out-dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16",
+    p.add_argument("--out-dtype", choices=scaled.OUT_DTYPES, default="bfloat16",
                    help="FP8: the output type (default bfloat16)")
     p.add_argument("--precision", choices=("fp32", "tf32", "3xtf32"),
                    help="float32 only: as matmul's precision= (3xtf32: fp32-accurate on Hopper tensor cores)")

@@ -24,9 +24,14 @@ TILE_COSTS = {
 }
 
 
+def tile_costs(mode: str) -> dict:
+    """TILE_COSTS for a scaling mode: row/column scales cost as per-tensor ones."""
+    return TILE_COSTS["block" if mode == "block" else "tensor"]
+
+
 def expected_ns(mode: str, tile: tuple[int, int], m: int, n: int, k: int, sm_count: int) -> float:
-    """A tile's expected time at m×n×k on sm_count SMs under TILE_COSTS (row/column scales cost as per-tensor)."""
-    per_k_block, per_tile = TILE_COSTS["block" if mode == "block" else "tensor"][tile]
+    """A tile's expected time at m×n×k on sm_count SMs under TILE_COSTS."""
+    per_k_block, per_tile = tile_costs(mode)[tile]
     rounds = -(-(-(-m // tile[0]) * -(-n // tile[1])) // sm_count)
     return rounds * (-(-k // K_BLOCK) * per_k_block + per_tile)
 
@@ -38,8 +43,7 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int 
     lacks for this call is derived from an entry with it (validated like any variant)."""
     if not (m and n and k and sm_count):
         return _first(format_a, format_b, mode, out_dtype)
-    tiles = TILE_COSTS["block" if mode == "block" else "tensor"]
-    tile = min(tiles, key=lambda t: expected_ns(mode, t, m, n, k, sm_count))  # min keeps the first of equals
+    tile = min(tile_costs(mode), key=lambda t: expected_ns(mode, t, m, n, k, sm_count))  # the first of equals
     return _entry_with_tile(format_a, format_b, mode, out_dtype, tile)
 
 
@@ -93,7 +97,7 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     gpu = gpu_for(device)
     sm_count = gpu.sm_count or ASSUMED_SM_COUNT
     variant = variant_for(format_a, format_b, mode, out_dtype, m, n, k, sm_count)
-    estimate = {t: expected_ns(mode, t, m, n, k, sm_count) for t in TILE_COSTS["block" if mode == "block" else "tensor"]}
+    estimate = {t: expected_ns(mode, t, m, n, k, sm_count) for t in tile_costs(mode)}
     ranked = ", ".join(f"{t[0]}×{t[1]} ~{estimate[t] / 1000:.1f} µs" for t in sorted(estimate, key=estimate.get))
     sms = f"{gpu.sm_count} SMs" if gpu.sm_count else f"SM count unknown, {ASSUMED_SM_COUNT} assumed"
     lines = [f"{format_a} × {format_b} {m}×{n}×{k}, {mode} scales, {out_dtype} out, on {gpu.name} (sm_{gpu.cc}, {sms})",
