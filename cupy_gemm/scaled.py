@@ -124,7 +124,7 @@ def _kernel_scales(scale, mode: str, operand: str):
     import cupy
     if mode == "block" and operand == "a":
         rows = scale.T
-        if _tma_ready(rows, *rows.shape, 4) is not None:
+        if _scales_in_place(scale, mode):
             return rows
         padded = cupy.zeros((rows.shape[0], -(-rows.shape[1] // 4) * 4), dtype=np.float32)
         padded[:, :rows.shape[1]] = rows
@@ -133,7 +133,7 @@ def _kernel_scales(scale, mode: str, operand: str):
 
 
 def _scales_in_place(scale_a, mode: str) -> bool:
-    """Whether _kernel_scales passes a's scales to the kernel as they are (not a copy)."""
+    """Whether a's scales reach the kernel as they are, not copied into its layout (_kernel_scales)."""
     if mode == "block":
         return _tma_ready(scale_a.T, *scale_a.T.shape, 4) is not None
     return scale_a.flags.c_contiguous
