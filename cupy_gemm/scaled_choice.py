@@ -15,7 +15,8 @@ SCALING_IDS = {"tensor": 0, "rowcol": 1, "block": 2}
 # scales add their loads and an FFMA promotion. Fitted on an H100 80GB HBM3 (2026-11-28) by least squares
 # in relative error to 29 shapes from 129×7168×2048 to 8192³ (e4m3, bf16 out; rms error 6–11% a tile).
 # There the rule's pick ran within 1.002× (geomean; 1.05 at most) of the fastest of the five tiles where
-# the rules before it ran 1.15× (2.1 at most); block scales 1.001× against 1.27× (2.9 at most).
+# the rules before it ran 1.15× (2.1 at most); block scales 1.001× against 1.27× (2.9 at most). On an H200
+# the same costs picked the fastest of the five tiles at all 29 shapes, both scalings (2026-11-28).
 TILE_COSTS = {
     "tensor": {(128, 256): (757, 3341), (128, 192): (539, 3376), (128, 128): (432, 2097),
                (64, 128): (377, 851), (64, 64): (241, 358)},

@@ -83,9 +83,12 @@ def test_ptx_uses_the_promised_instructions(name):
         v.acc, "m16n8k16.row.col.f32.bf16.bf16.f32" if v.dtype == "bfloat16" else "m16n8k16.row.col.f32.f16.f16.f32")
     assert f"mma.sync.aligned.{shape}" in ptx
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
-    if v.params["UNALIGNED"]:  # through registers: 16-byte loads where aligned, guarded elements elsewhere
+    if v.params["UNALIGNED"]:  # through registers: 16-byte loads where aligned
         assert "cp.async.cg.shared.global" not in ptx and "ld.global.nc.v4.u32" in ptx
-        assert ("ld.global.nc.u32" if v.acc == "tf32" else "ld.global.nc.u16") in ptx
+        if v.acc == "tf32":  # a word at a time off 16 bytes
+            assert "ld.global.nc.u32" in ptx
+        else:  # 16-bit elements: aligned blocks shifted into place, never one element
+            assert "shf.r.wrap.b32" in ptx and "ld.global.nc.u16" not in ptx
     else:
         assert "cp.async.cg.shared.global" in ptx
     if v.acc == "tf32":
@@ -235,7 +238,7 @@ def test_split_k_entries():
     assert all(VARIANTS[n].params["SPLIT_K"] == 0 for n in SPLIT)
     assert {(VARIANTS[n].dtype, VARIANTS[n].acc) for n in SPLIT} == {
         ("float32", "tf32"), ("float16", "float32"), ("bfloat16", "float32")}
-    assert {FAMILY.tile(VARIANTS[n].params) for n in SPLIT if VARIANTS[n].acc == "tf32"} == {(64, 64), (64, 128)}
+    assert {FAMILY.tile(VARIANTS[n].params) for n in SPLIT if VARIANTS[n].acc == "tf32"} == {(32, 64), (64, 64), (64, 128)}
 
 
 def _without_split_k_blocks(text: str) -> str:

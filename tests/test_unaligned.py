@@ -187,9 +187,31 @@ def test_small_ragged_products_take_an_unaligned_entry(key, where):
         assert v.params["UNALIGNED"], (m, n, k, decision)
         if not decision.reason.startswith("dispatch table"):  # a table may name an unaligned entry itself
             assert decision.reason.startswith("unaligned operands"), (m, n, k, decision)
-            assert decision.variant == dispatch.candidates()["unaligned"][key][0]
+            assert decision.variant == _fittest(key, m)
         if key == "float32":  # exact fp32 stays on CUDA cores
             assert v.family.name == "sgemm_simt" and v.acc == "float32"
+
+
+def _fittest(key, m):
+    """The unaligned entry the rule should take for m rows: the first listed of those whose tiles hold m with
+    the fewest rows, else the first of the tallest."""
+    listed = dispatch.candidates()["unaligned"][key]
+    rows = {name: registry.lookup(name).family.tile(registry.lookup(name).params)[0] for name in listed}
+    holding = [name for name in listed if rows[name] >= m]
+    if holding:
+        return next(name for name in holding if rows[name] == min(rows[h] for h in holding))
+    return next(name for name in listed if rows[name] == max(rows.values()))
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_the_rule_takes_the_tile_that_fits_m(key):
+    """Each list has a 32-row entry first: it serves up to 32 rows, a 64-row entry from 33 on."""
+    hopper = Gpu("unknown GPU", 90)
+    for m, tall in [(1, 32), (17, 32), (32, 32), (33, 64), (64, 64), (129, 64)]:
+        decision = dispatch.choose(hopper, key, m, 1001, 1001, placement=_placement(m, 1001, 1001, key))
+        v = registry.lookup(decision.variant)
+        assert v.params["UNALIGNED"] and v.family.tile(v.params)[0] == tall, (m, decision)
+        assert decision.variant == _fittest(key, m) and "fits M best" in decision.reason
 
 
 @pytest.mark.parametrize("key", KEYS)
