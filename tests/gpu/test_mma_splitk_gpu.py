@@ -76,12 +76,12 @@ def test_ragged_deep_products_through_the_api(name, m, k):
 
 def test_small_m_deep_k_splits():
     """The shapes split-K is for do split on this GPU (with ptxas's registers), else this suite tests the
-    plain path only."""
+    plain path only: two rows of tiles over a deep K, and few rows."""
     device = cupy.cuda.Device()
     for name in NEW:
         v = _variant(name)
         registers = launch.load(v, device)[1].resources.registers
-        for shape in [(128, 4096, 11008), (16, 4096, 4096), (64, 2048, 4096)]:
+        for shape in [(2 * v.family.tile(v.params)[0], 4096, 11008), (16, 4096, 4096), (64, 2048, 4096)]:
             cfg = launch.launch_config(v, *shape, device.attributes["MultiProcessorCount"], registers)
             assert cfg.splits > 1, (name, shape)
 
