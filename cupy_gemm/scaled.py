@@ -206,9 +206,11 @@ class _Plan:
         v, m, n, k = self.variant, self.m, self.n, self.k
         a_k, lda = _k_major(a, m, k)
         b_k, ldb = _k_major(b.T, n, k)
-        return self.product.pack(v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, self.mode, "a"),
-                                                    _kernel_scales(scale_b, self.mode, "b"), m, n, a_k.shape[1],
-                                                    lda, ldb, ldc))
+        args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, self.mode, "a"),
+                                  _kernel_scales(scale_b, self.mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
+        if v.family.takes_split_k_args(v.params):  # the workspace's slot: each launch fills in its stream's
+            args = (*args, np.int32(self.product.config.splits), np.uintp(0))
+        return self.product.pack(args)
 
     def run(self, a, b, scale_a, scale_b, target, ldc, copy_into) -> None:
         if not (self.m and self.n):

@@ -5,6 +5,7 @@ import pytest
 from cupy_gemm import scaled, scaled_choice
 from cupy_gemm.compile import compile_variant
 from cupy_gemm.errors import ConfigError, DeviceError
+from cupy_gemm.launch import launch_config, split_k_workspace
 from cupy_gemm.registry import catalogue, family, make_variant
 from cupy_gemm.render import render
 from family_rules import check_rule, check_template_refuses, template_text
@@ -38,6 +39,7 @@ def test_catalogue_covers_every_scaling_and_output():
     ({"INSTR_N": 256}, "BN", "at most 192 accumulator registers per consumer thread"),
     ({"BM": 192, "CONSUMERS": 3, "STAGES": 2}, "BN", "(128 with three consumers)"),  # 64 × (256 + 128) / 128
     ({"FORMAT_A": 1, "FORMAT_B": 1}, "FORMAT_B", "at most one e5m2 operand"),
+    ({"CLUSTER": 2, "SPLIT_K": 2}, "SPLIT_K", "CLUSTER"),
 ])
 def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, words):
     check_rule(FP8, "bfloat16", {**BASE, **params}, param, words, TEMPLATE)
@@ -49,6 +51,7 @@ def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, w
     ({"SCALING": 3}, "SCALING"),
     ({"FORMAT_A": 2}, "FORMAT_A"),
     ({"CONSUMERS": 4}, "CONSUMERS"),
+    ({"SPLIT_K": 0}, "SPLIT_K"),                   # the count is fixed per variant: scaled_mm's default picks it
 ])
 def test_parameter_limits(params, param):
     with pytest.raises(ConfigError) as e:
@@ -132,6 +135,24 @@ def test_a_derived_variant_compiles_without_spills(tile):
     assert ".e5m2.e4m3" in render(v)
     res = compile_variant(v, "sm_90a").resources
     assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), res
+
+
+@pytest.mark.parametrize("mode,tile,splits", [("tensor", (128, 128), 4), ("block", (64, 128), 2),
+                                             ("rowcol", (64, 64), 3)])
+def test_split_k_takes_its_arguments_and_compiles_without_spills(mode, tile, splits):
+    """SPLIT_K > 1 compiles the split steps in: `int splits, void* workspace` last, the launcher's workspace
+    sized for the tiles' fp32 partials; SPLIT_K = 1 keeps the plain kernel's arguments."""
+    base = scaled_choice._entry_with_tile("e4m3", "e4m3", mode, "bfloat16", tile)
+    v = scaled_choice._entry_with_split("e4m3", "e4m3", mode, "bfloat16", tile, splits)
+    assert v.params["SPLIT_K"] == splits and FP8.takes_split_k_args(v.params) and not FP8.takes_split_k_args(base.params)
+    src = render(v)
+    assert "int K, int splits,\n            void* __restrict__ workspace)" in src and "int K) {" in render(base)
+    cfg = launch_config(v, 300, 2000, 8192, 132)
+    tiles = -(-300 // tile[0]) * -(-2000 // tile[1])
+    assert cfg.splits == splits and cfg.grid == (min(tiles * splits, 132), 1, 1)
+    assert cfg.workspace == split_k_workspace(tiles, splits, tile[0] * tile[1])
+    res = compile_variant(v, "sm_90a").resources
+    assert (res.local, res.spill_stores, res.spill_loads, res.static_smem) == (0, 0, 0, 0), res
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -122,7 +122,6 @@ def test_named_variant_must_match_the_call():
     (8192, 8192, 8192, "block", "bfloat16", (128, 256)),
     (16, 7168, 4096, "tensor", "bfloat16", (64, 64)),
     (128, 7168, 4096, "block", "bfloat16", (64, 128)),
-    (64, 4096, 14336, "rowcol", "bfloat16", (64, 64)),     # row/column scales cost as per-tensor
     (16, 2048, 4096, "tensor", "float32", (64, 64)),       # derived for an output the catalogue lacks
     (8192, 8192, 8192, "tensor", "float16", (128, 192)),   # likewise
 ])
@@ -131,8 +130,40 @@ def test_default_tile_is_the_one_expected_first(m, n, k, mode, out_dtype, tile):
     catalogue or derived; without the shape, the first catalogue entry."""
     v = scaled.variant_for("e4m3", "e4m3", mode, out_dtype, m, n, k, 132)
     assert (v.params["BM"], v.params["BN"]) == tile and v.dtype == out_dtype and v.params["CLUSTER"] == 1
-    assert v.params["SCALING"] == scaled.SCALING_IDS[mode]
+    assert v.params["SCALING"] == scaled.SCALING_IDS[mode] and v.params["SPLIT_K"] == 1
     assert scaled.variant_for("e4m3", "e4m3", mode, out_dtype) is scaled.variant_for("e4m3", "e4m3", mode, out_dtype, 1, 1)
+
+
+@pytest.mark.parametrize("m,n,k,mode,tile,splits", [
+    # H200 2026-11-28, µs: the best unsplit tile → this choice (torch._scaled_mm)
+    (200, 2048, 16384, "tensor", (128, 128), 4),  # 64×64: 41.4 → 27.1 (33.1)
+    (384, 2048, 14336, "tensor", (128, 128), 2),  # 64×128: 40.0 → 31.5 (34.2)
+    (128, 2048, 7168, "tensor", (64, 64), 2),     # 64×64: 14.9 → 13.0 (31.8)
+    (128, 4096, 14336, "block", (128, 128), 4),   # 64×128: 39.0 → 27.6 (33.3)
+    (200, 2048, 16384, "block", (128, 128), 4),   # 64×128: 43.2 → 26.6
+    (64, 4096, 14336, "rowcol", (64, 64), 2),     # row/column scales cost as per-tensor
+    # no split expected 10% sooner: 96 tiles of 128×128 split in two take two rounds; one round of tiles
+    (320, 4096, 14336, "tensor", (128, 128), 1),
+    (512, 4096, 4096, "tensor", (128, 128), 1),
+    (300, 2048, 7168, "block", (64, 128), 1),     # 128×128 ÷2 expected 5% sooner only
+])
+def test_deep_k_over_few_tiles_splits(m, n, k, mode, tile, splits):
+    """variant=None weighs split tiles too: K shared by SPLIT_K units, taken where 10% sooner than unsplit."""
+    v = scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, 132)
+    assert (v.params["BM"], v.params["BN"]) == tile and v.params["SPLIT_K"] == splits, v.name
+    assert v.name.endswith(f"_splitk{splits}") == (splits > 1)
+    assert v is scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, 132)  # derived once
+
+
+def test_expected_time_of_a_split_tile():
+    """Rounds of units (tiles × splits) × (a unit's K-blocks × ns + ns per tile + the split's cost)."""
+    a, b = scaled_choice.TILE_COSTS["tensor"][(128, 128)]
+    c0, c1 = scaled_choice.SPLIT_COST
+    assert scaled_choice.expected_ns("tensor", (128, 128), 128, 128 * 66, 1024 * 3, 132, 2) == 12 * a + b + c0 + 2 * c1
+    assert scaled_choice.expected_ns("tensor", (128, 128), 128, 128 * 66, 1024 * 3, 132, 3) == 2 * (8 * a + b + c0 + 3 * c1)
+    assert ((128, 128), 4) not in scaled_choice.choices("tensor", 384)  # a split needs a K-block of its own
+    assert ((128, 128), 3) in scaled_choice.choices("rowcol", 384)
+    assert all(t != (64, 64) or s == 1 for t, s in scaled_choice.choices("block", 1 << 16))
 
 
 def test_expected_time_counts_rounds_of_tiles():
@@ -248,9 +279,12 @@ H100 = ("NVIDIA H100 80GB HBM3", 90)
 
 
 def test_explain_names_the_tile_and_ranks_the_estimates():
-    text = scaled_choice.explain("e4m3", "e4m3", "tensor", "bfloat16", 300, 2048, 7168, H100)
-    assert "variant: fp8gemm_wgmma_m64n128k32_tile64x128_e4m3_tensor_bf16\n" in text
-    assert "(sm_90, 132 SMs)" in text and text.index("64×128 ~") < text.index("128×128 ~") < text.index("128×256 ~")
+    text = scaled_choice.explain("e4m3", "e4m3", "tensor", "bfloat16", 192, 2048, 7168, H100)
+    assert "variant: fp8gemm_wgmma_m64n64k32_tile64x64_e4m3_tensor_bf16\n" in text
+    assert "(sm_90, 132 SMs)" in text and text.index("64×64 ~") < text.index("64×128 ~") < text.index("128×256 ~")
+    text = scaled_choice.explain("e4m3", "e4m3", "tensor", "bfloat16", 200, 2048, 16384, H100)
+    assert "variant: fp8gemm_wgmma_m64n128k32_tile128x128_e4m3_tensor_bf16_splitk4\n" in text
+    assert text.index("128×128 ÷4 ~") < text.index("64×64 ~") and "10% sooner" in text
     text = scaled_choice.explain("e4m3", "e5m2", "block", "float32", 8192, 8192, 8192, ("NVIDIA A100-SXM4-80GB", 80))
     assert "tile128x256_e4m3e5m2_block" in text and "block scales, float32 out" in text
     assert "need an sm_90 GPU" in text

@@ -18,14 +18,15 @@ operands are K-major, as torch._scaled_mm's "b must be column-major". SCALING se
 [ceil(N/128)][ceil(K/128)]. PROMOTE = 1 adds each 128-deep K-block's tensor-core sum into separate fp32
 registers (the tensor core's own fp8 accumulation keeps fewer bits than fp32); block scales are applied
 there (A's land in each pipeline stage with its tiles, B's are read a K-block ahead), the others in the
-epilogue.
+epilogue. SPLIT_K != 1 splits K over several units of work per C tile (templates/common/split_k.cuh): the
+kernel then takes `int splits, void* workspace` last, as the wgmma family's split-K entries do.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ConfigError
-from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag
+from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param
 from .wgmma import A_COPY_ROWS, WARP_SPECIALISED
 
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
@@ -56,6 +57,10 @@ def _rule_tiles(p, dtype, acc):
     if p["CLUSTER"] == 2 and p["BN"] % 16:
         yield ConfigError("CLUSTER", p["CLUSTER"], "1 unless BN is a multiple of 16 (each block loads BN / 2 "
                           "rows of B, whole 8-row swizzle atoms)")
+    if p["SPLIT_K"] == 0:
+        yield ConfigError("SPLIT_K", 0, "a fixed count, 1 or more (scaled_mm's default picks one per shape)")
+    if p["CLUSTER"] != 1 and p["SPLIT_K"] != 1:
+        yield ConfigError("SPLIT_K", p["SPLIT_K"], "1 with CLUSTER = 2 (a split's partial is one block's tile)")
 
 
 def _rule_formats(p, dtype, acc):
@@ -116,6 +121,7 @@ WGMMA_FP8 = Family(
         block_swizzle_param(2048),
         Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
               "fills (templates/common/cluster.cuh)", choices=(1, 2)),
+        split_k_param(1),  # 1: the plain kernel, without the split-K steps
     ),
     dtypes={"bfloat16": ("float32",), "float16": ("float32",), "float32": ("float32",)},
     **WARP_SPECIALISED,
@@ -124,6 +130,8 @@ WGMMA_FP8 = Family(
     cluster=lambda p: p["CLUSTER"],
     abi="scaled",
     make_args=make_args,
+    split_k=True,
+    split_k_args_optional=True,
     renamed={**RENAMED_BLOCK_SWIZZLE, "WN": "INSTR_N"},
 )
 

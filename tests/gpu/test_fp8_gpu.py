@@ -111,15 +111,60 @@ def test_every_tile_the_default_may_take(tile, fa, fb, out_dtype, mode):
              seed=6)
 
 
-@pytest.mark.parametrize("m,n,k,tile", [(17, 1000, 1056, (64, 64)), (100, 5000, 1056, (64, 128)),
-                                        (512, 4096, 4096, (128, 128))])
-def test_default_takes_the_tile_expected_first(m, n, k, tile):
+@pytest.mark.parametrize("m,n,k,tile,splits", [(17, 1000, 1056, (64, 64), 1), (100, 5000, 1056, (64, 128), 1),
+                                               (512, 4096, 4096, (128, 128), 1), (200, 2048, 16384, (128, 128), 4)])
+def test_default_takes_the_tile_expected_first(m, n, k, tile, splits):
     """variant=None at these shapes on an H100's or H200's 132 SMs: the cost table's pick, correct."""
     sms = launch.sm_count(cupy.cuda.Device())
     v = scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", m, n, k, sms)
     if sms == 132:
-        assert (v.params["BM"], v.params["BN"]) == tile, v.name
+        assert (v.params["BM"], v.params["BN"], v.params["SPLIT_K"]) == (*tile, splits), v.name
     run_case(m, n, k, seed=7)
+
+
+def _split(base, splits):
+    return registry.make_variant(base.family, f"{base.name}_splitk{splits}", base.dtype, {**base.params, "SPLIT_K": splits})
+
+
+@pytest.mark.parametrize("splits", [2, 3, 5])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("tile", [(128, 256), (128, 128), (64, 64)], ids=lambda t: f"{t[0]}x{t[1]}")
+def test_split_k(tile, mode, splits):
+    """K sliced over SPLIT_K units per tile: ragged M and N, uneven slices with a K tail past the last 128-deep
+    block (block scales per slice), more splits than K-blocks (capped by the kernel), and an output of each type."""
+    base = scaled_choice._entry_with_tile("e4m3", "e4m3", mode, "bfloat16", tile)
+    v = _split(base, splits)
+    assert launch.launch_config(v, 333, 520, 2064, 132).splits == splits
+    for (m, n, k), fa, out_dtype in [((tile[0] + 17, tile[1] + 8, 1040 + 16), "e4m3", "bfloat16"),
+                                     ((3, 2 * tile[1] + 1, 128 * 7 + 16), "e5m2", "float16"),
+                                     ((tile[0], tile[1], 256), "e4m3", "float32")]:
+        _skip_without_bf16(out_dtype)
+        derived = scaled_choice._derived(v, f"tile{tile[0]}x{tile[1]}_splitk{splits}_", fa, "e4m3", mode, out_dtype)
+        run_case(m, n, k, fa=fa, mode=mode, out_dtype=out_dtype, variant=derived, seed=splits + k)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_split_k_is_bitwise_repeatable(mode):
+    """The last split adds the partials in split order, whichever unit finishes last: the same bits every run,
+    also after a launch with more tiles has used the workspace."""
+    v = _split(scaled_choice._entry_with_tile("e4m3", "e4m3", mode, "bfloat16", (128, 128)), 4)
+    m, n, k = 200, 1000, 4096 + 16
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    sa, sb = random_scales(mode, m, n, k, 3)
+    first = cupy_gemm.scaled_mm(a, b, sa, sb, variant=v)
+    big_a, big_b = random_fp8((1000, k), "e4m3", 4), random_fp8((k, 2000), "e4m3", 5, column_major=True)
+    big_sa, big_sb = random_scales(mode, 1000, 2000, k, 6)
+    cupy_gemm.scaled_mm(big_a, big_b, big_sa, big_sb, variant=v)  # more tiles: more counters and partials
+    for _ in range(3):
+        again = cupy_gemm.scaled_mm(a, b, sa, sb, variant=v)
+        assert bool((again.view(cupy.uint16) == first.view(cupy.uint16)).all()), mode
+    assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "bfloat16").ok
+
+
+def test_fast_accumulation_splits_too():
+    """Without promotion each split starts its own tensor-core sum at its first K-block."""
+    fast = registry.lookup("fp8gemm_wgmma_m64n256k32_e4m3_tensor_fastacc_bf16")
+    run_case(100, 300, 1024 + 16, variant=_split(fast, 3), seed=11)
 
 
 def test_long_k_keeps_accuracy():
