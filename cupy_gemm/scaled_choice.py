@@ -54,16 +54,17 @@ def expected_ns(mode: str, tile: tuple[int, int], m: int, n: int, k: int, sm_cou
     """A tile's expected time at m×n×k on sm_count SMs under TILE_COSTS, its K shared by `splits` units."""
     per_k_block, per_tile = tile_costs(mode)[tile]
     units = -(-m // tile[0]) * -(-n // tile[1]) * splits
-    k_blocks_a_unit = -(-(-(-k // K_BLOCK)) // splits)
+    k_blocks = -(-k // K_BLOCK)
     split_ns = SPLIT_COST[0] + SPLIT_COST[1] * splits if splits > 1 else 0
-    return -(-units // sm_count) * (k_blocks_a_unit * per_k_block + per_tile + split_ns)
+    return -(-units // sm_count) * (-(-k_blocks // splits) * per_k_block + per_tile + split_ns)
 
 
 def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int | None = None,
                 n: int | None = None, k: int | None = None, sm_count: int | None = None) -> registry.Variant:
-    """With the shape and the SM count, the tile expected to finish first, split where a split tile is expected
-    SPLIT_MARGIN sooner still; without them the first catalogue entry for these formats, scaling and output that promotes every K-block.
-    A tile the catalogue lacks for this call is derived from an entry with it (validated like any variant)."""
+    """With the shape and the SM count, the tile expected to finish first, split where a split tile is
+    expected SPLIT_MARGIN sooner still; without them the first catalogue entry for these formats, scaling
+    and output that promotes every K-block. A tile the catalogue lacks for this call is derived from an
+    entry with it (validated like any variant)."""
     if not (m and n and k and sm_count):
         return _first(format_a, format_b, mode, out_dtype)
     tile, splits = _pick(mode, m, n, k, sm_count)

@@ -1,9 +1,9 @@
-// ---- unaligned operands: guarded moves for variants with UNALIGNED = 1 -------------------
+// ---- unaligned operands: guarded moves for variants with UNALIGNED = 1 -------------------------------
 // Such a variant declares align = 1: K, N, every leading dimension and every base address may be aligned to
 // the element only, so a 16-byte chunk of a row can straddle the matrix edge or a 16-byte boundary. A chunk
 // moves as one vector access where it happens to be aligned and wholly inside the matrix, else in pieces
-// (load_chunk says which), each guarded; elements past the edge read as zero and are never written. Needs common/vec.cuh
-// and, for the stores, common/epilogue_vec.cuh. Row-major C only.
+// (load_chunk says which), each guarded; elements past the edge read as zero and are never written. Needs
+// common/vec.cuh and, for the stores, common/epilogue_vec.cuh. Row-major C only.
 static_assert(!COL_MAJOR, "the unaligned stores walk C's rows");
 
 __device__ __forceinline__ bool aligned_to(const void* p, int bytes) {
