@@ -242,6 +242,14 @@ def launchable(args: tuple) -> tuple:
     return tuple(driver.c_argument(x) for x in args)
 
 
+def split_k_args(variant: Variant, cfg: LaunchConfig) -> tuple:
+    """The arguments a split-K kernel takes last, none for others: `splits`, then the workspace's slot, which
+    each launch fills with its stream's (Launch._workspace; one split never touches it)."""
+    if not variant.family.takes_split_k_args(variant.params):
+        return ()
+    return launchable((np.int32(cfg.splits), np.uintp(0)))
+
+
 def uses_pdl(variant: Variant, device) -> bool:
     """Whether the variant's launches may start before the previous kernel on the stream ends
     (driver.py): its template waits for that kernel in pdl_wait(), the GPU is sm_90 or later and
@@ -323,9 +331,7 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
         args = (*args, *launchable((batch.kernel_args(),)))
     if epilogue_params is not None:
         args = (*args, *launchable((epilogue_params,)))
-    # one split never touches the workspace; more get theirs in this slot at each launch
-    if variant.family.takes_split_k_args(variant.params):
-        args = (*args, *launchable((np.int32(cfg.splits), np.uintp(0))))
+    args = (*args, *split_k_args(variant, cfg))
     return Launch(kernel, cfg, args, variant, device, (m, n, k, lda, ldb, ldc, alpha, beta), batch,
                   uses_pdl(variant, device))
 

@@ -208,9 +208,7 @@ class _Plan:
         b_k, ldb = _k_major(b.T, n, k)
         args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, self.mode, "a"),
                                   _kernel_scales(scale_b, self.mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
-        if v.family.takes_split_k_args(v.params):  # the workspace's slot: each launch fills in its stream's
-            args = (*args, np.int32(self.product.config.splits), np.uintp(0))
-        return self.product.pack(args)
+        return self.product.pack((*args, *launch.split_k_args(v, self.product.config)))
 
     def run(self, a, b, scale_a, scale_b, target, ldc, copy_into) -> None:
         if not (self.m and self.n):

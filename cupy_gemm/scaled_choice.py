@@ -38,16 +38,21 @@ SPLIT_COST = (1000, 1500)
 SPLIT_MARGIN = 0.9
 
 
+def _costed_as(mode: str) -> str:
+    """The cost tables' key of a scaling mode: row/column scales cost as per-tensor ones."""
+    return "block" if mode == "block" else "tensor"
+
+
 def tile_costs(mode: str) -> dict:
-    """TILE_COSTS for a scaling mode: row/column scales cost as per-tensor ones."""
-    return TILE_COSTS["block" if mode == "block" else "tensor"]
+    """TILE_COSTS for a scaling mode."""
+    return TILE_COSTS[_costed_as(mode)]
 
 
 def choices(mode: str, k: int) -> list[tuple[tuple[int, int], int]]:
     """(tile, splits) pairs the default weighs: every tile unsplit, then the split ones with a K-block a split."""
     k_blocks = -(-k // K_BLOCK)
     return [(t, 1) for t in tile_costs(mode)] + [
-        (t, s) for t in SPLIT_TILES["block" if mode == "block" else "tensor"] for s in SPLITS if s <= k_blocks]
+        (t, s) for t in SPLIT_TILES[_costed_as(mode)] for s in SPLITS if s <= k_blocks]
 
 
 def expected_ns(mode: str, tile: tuple[int, int], m: int, n: int, k: int, sm_count: int, splits: int = 1) -> float:
