@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import big_tiles, placement_rules, registry, selection_tables
+from . import big_tiles, devices, placement_rules, registry, selection_tables
 from .arrange import B_LAYOUTS, Placement, fresh
 from .big_tiles import COST_MARGIN, WAVE_TIE  # noqa: F401  (dispatch's API)
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, tile_costs, why_not  # noqa: F401
@@ -76,10 +76,11 @@ ASSUMED_SM_COUNT = 132  # an H100 SXM's, when neither the GPU nor its table says
 
 @dataclass(frozen=True)
 class Gpu:
-    """What the decision needs to know of a GPU; sm_count None means unknown (ASSUMED_SM_COUNT is used)."""
+    """What the decision needs to know of a GPU; None: unknown (ASSUMED_SM_COUNT SMs, an H100's memory)."""
     name: str
     cc: int
     sm_count: int | None = None
+    memory_bytes_per_ns: float | None = None
 
 
 # float32's `precision` argument -> the dispatch key it selects (kernels/dispatch/candidates.toml), which
@@ -188,7 +189,7 @@ def _heuristic(gpu: Gpu, key: str, m: int, n: int, k: int, notes: list[str], nee
                             f"tiles: one wave of {blocks} whole-K {big_tiles.tile_words(wave)}", tuple(notes))
         deep = deep_k(m, n, k)
         if deep and usable["split_k"]:
-            best, how = _fastest_split(usable["split_k"], key, m, n, k, sm_count)
+            best, how = _fastest_split(usable["split_k"], key, m, n, k, gpu)
             return Decision(best.name, f"heuristic: {idle} and K = {k} is deep (K >= {2 * MIN_K_PER_SPLIT} "
                             f"and K² >= M·N): split K, {how}", tuple(notes))
         smaller = [v for v in usable["small_tile"] if tiles_of(v, m, n) > tiles]
@@ -230,7 +231,7 @@ def _too_many_rows(name: str, m: int, n: int) -> str | None:
     return None
 
 
-def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, sm_count: int) -> tuple[Variant, str]:
+def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, gpu: Gpu) -> tuple[Variant, str]:
     """16-bit inputs: the split-K entry the launcher's cost model (split_policy.split_plan: loads against
     multiply-adds per K block, waves of tiles × splits, the partial tiles' traffic) expects to finish
     first among those padding C at most MODEL_PAD_LIMIT times the least, ties to list order. Otherwise,
@@ -247,7 +248,8 @@ def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, sm_
     for v in entries if key in MODELLED_SPLITS else ():
         if padded_area(v, m, n) > least * MODEL_PAD_LIMIT:
             continue
-        splits, ns = split_plan(v, m, n, k, tiles_of(v, m, n), sm_count)
+        splits, ns = split_plan(v, m, n, k, tiles_of(v, m, n), gpu.sm_count or ASSUMED_SM_COUNT, None,
+                                gpu.memory_bytes_per_ns)
         if ns is not None:
             modelled.append((ns / margin if splits > 1 else ns, ns, v, splits))
     if modelled:
@@ -291,7 +293,8 @@ def gpu_of(device_id: int) -> Gpu:
         import cupy
         props = cupy.cuda.runtime.getDeviceProperties(device_id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        _gpus[device_id] = Gpu(name, 10 * props["major"] + props["minor"], props["multiProcessorCount"])
+        _gpus[device_id] = Gpu(name, 10 * props["major"] + props["minor"], props["multiProcessorCount"],
+                               devices.memory_bytes_per_ns(device_id))
     return _gpus[device_id]
 
 

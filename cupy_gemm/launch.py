@@ -6,7 +6,7 @@ from functools import cached_property
 
 import numpy as np
 
-from . import config, driver, stream_k, toolkit
+from . import config, devices, driver, stream_k, toolkit
 from .compile import Compiled, arch_for, compile_source, compile_variant, evict, image_file
 from .errors import ConfigError, InputError, ModuleLoadError
 from .registry import Variant
@@ -39,12 +39,14 @@ class LaunchConfig:
 
 
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
-                  registers: int | None = None, batch: int = 1, clusters: int | None = None) -> LaunchConfig:
+                  registers: int | None = None, batch: int = 1, clusters: int | None = None,
+                  memory_bytes_per_ns: float | None = None) -> LaunchConfig:
     """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed).
     batch: members of a batched launch (a variant rendered with batched=True); their tiles fill the GPU
     together, and the split-K workspace holds a counter and partials for every member's tiles.
     clusters: of a family with clusters, how many the GPU runs at once (driver.max_active_clusters; else
-    sm_count // cluster): a persistent grid holds no more, or the surplus would wait for a second wave."""
+    sm_count // cluster): a persistent grid holds no more, or the surplus would wait for a second wave.
+    memory_bytes_per_ns: the device memory's bandwidth, for the split-K model (None: an H100's assumed)."""
     fam, p = variant.family, variant.params
     if fam.max_rows is not None and m > fam.max_rows(p):
         raise InputError(f"{variant.name} serves at most {fam.max_rows(p)} rows of C; got M={m}")
@@ -61,7 +63,7 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
         k_blocks, slots = max(1, -(-k // p["BK"])), fam.persistent * (sm_count or 1)
         blocks, splits, split_tiles = stream_k.launch(tiles, k_blocks, slots, stream_k_mode)
     else:
-        splits = k_splits(variant, m, n, k, tiles, sm_count, registers)
+        splits = k_splits(variant, m, n, k, tiles, sm_count, registers, memory_bytes_per_ns)
     grid = (member_tiles, splits, min(batch, MAX_GRID_Z))
     if fam.persistent and cluster > 1:  # a cluster's blocks take one cluster tile
         cluster_tiles = -(-m // fam.cluster_rows(p)) * -(-n // bn) * batch
@@ -324,7 +326,8 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
         batch = batch.transposed()  # the kernel's view: make_args, BatchArgs and rebind all take it so
     kernel, compiled = load(variant, device)
     cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers,
-                        1 if batch is None else batch.count, cluster_slots(variant, kernel, device))
+                        1 if batch is None else batch.count, cluster_slots(variant, kernel, device),
+                        devices.memory_bytes_per_ns(device.id))
     make_args = variant.family.make_args or (lambda v, *rest, **kw: pointer_args(*rest))
     args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, **_batch_kw(batch)))
     if batch is not None:

@@ -11,7 +11,8 @@ MIN_K_PER_SPLIT = 256  # below this a split's partial tile costs more traffic th
 # The split-K cost model (k_splits) estimates a launch's time in ns from what one SM and the memory can
 # do — an H100 at its sustained clock; the choice follows their ratios more than their values:
 SM_BYTES_PER_NS = 100  # operand bytes one SM's loads bring in at most (~64 B a clock)
-DRAM_BYTES_PER_NS_PER_SM = 23  # HBM bandwidth shared over the SMs (~3 TB/s over 132)
+DRAM_BYTES_PER_NS_PER_SM = 23  # HBM bandwidth shared over the SMs where the GPU's is not given (an H100's
+# ~3 TB/s over 132); the launcher gives the device's own (devices.memory_bytes_per_ns: an H200 ~4.3 TB/s)
 # multiply-adds one SM does per ns, by what a split-K family of that precision runs on: tensor cores for
 # 16-bit inputs and TF32, CUDA cores for fp32
 SM_MACS_PER_NS = {"tf32": 1900, "float32": 250, "float16": 3800, "bfloat16": 3800}
@@ -40,7 +41,7 @@ def min_k_per_split(variant: Variant) -> int:
 
 
 def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None,
-             registers: int | None = None) -> int:
+             registers: int | None = None, memory_bytes_per_ns: float | None = None) -> int:
     """How many blocks share one C tile along K: SPLIT_K when set (never more than the K blocks), else
     the count the cost model says finishes first, each split keeping at least MIN_K_PER_SPLIT of K.
 
@@ -51,12 +52,12 @@ def k_splits(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int
     for A, B and the partials, and the last split of a tile reads every partial back. So small M×N with
     a long K splits until the SMs are busy, and memory-bound products stop splitting once bandwidth,
     not SMs, is the limit: the partials' traffic then only costs. A persistent kernel's splits never take
-    a second round."""
-    return split_plan(variant, m, n, k, tiles, sm_count, registers)[0]
+    a second round. memory_bytes_per_ns: the GPU's memory bandwidth (None: DRAM_BYTES_PER_NS_PER_SM an SM)."""
+    return split_plan(variant, m, n, k, tiles, sm_count, registers, memory_bytes_per_ns)[0]
 
 
 def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: int | None,
-               registers: int | None = None) -> tuple[int, float | None]:
+               registers: int | None = None, memory_bytes_per_ns: float | None = None) -> tuple[int, float | None]:
     """(k_splits's count, the model's time for it in ns; None where the model is not asked: a fixed
     SPLIT_K, no split-K steps, or a memory-bound family)."""
     fam, p = variant.family, variant.params
@@ -90,14 +91,15 @@ def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: i
     k_block_ns = max((bm + bn) * bk * size / SM_BYTES_PER_NS, bm * bn * bk / macs)
     partial_ns = bm * bn * 4 / SM_BYTES_PER_NS  # one fp32 partial tile written, or read back
     operand_bytes = (m + n) * k * size + m * n * size
+    memory = memory_bytes_per_ns or DRAM_BYTES_PER_NS_PER_SM * sms
 
     def cost(splits: int) -> float:
         unit_ns = (-(-k_blocks // splits) + UNIT_OVERHEAD_K_BLOCKS) * k_block_ns
         if splits == 1:
-            dram_ns = operand_bytes / (DRAM_BYTES_PER_NS_PER_SM * sms)
+            dram_ns = operand_bytes / memory
             return max(max(resident, -(-tiles // sms)) * unit_ns, dram_ns)
         partial_bytes = 2 * splits * tiles * bm * bn * 4
-        dram_ns = (operand_bytes + partial_bytes) / (DRAM_BYTES_PER_NS_PER_SM * sms)
+        dram_ns = (operand_bytes + partial_bytes) / memory
         per_sm = max(resident, -(-tiles * splits // sms)) * (unit_ns + partial_ns)
         return max(per_sm, dram_ns) + splits * partial_ns
 

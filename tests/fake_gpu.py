@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cupy_gemm import api, dispatch, launch, operands, prepared, tma
+from cupy_gemm import api, devices, dispatch, launch, operands, prepared, tma
 
 cupy = pytest.importorskip("cupy")
 
@@ -45,6 +45,7 @@ class FakeGpu:
         monkeypatch.setattr(launch, "load", lambda v, device: (self.kernels.setdefault(v.name, FakeKernel(v.name)), unknown))
         self.info = dispatch.Gpu("Fake GPU", 90, 132)  # what dispatch sees; a test may name a real GPU
         monkeypatch.setattr(dispatch, "gpu_of", lambda device_id: self.info)
+        monkeypatch.setattr(devices, "memory_bytes_per_ns", lambda device_id: None)  # the split model's default
         monkeypatch.setattr(tma, "tensor_map_2d", self._tensor_map)
         monkeypatch.setattr(launch, "launchable", lambda args: args)  # keep arguments readable
         monkeypatch.setattr(launch, "launch_kernel", self._launch)

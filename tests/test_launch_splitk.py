@@ -130,6 +130,33 @@ def test_policy_picks_what_measured_fastest(name, shape, registers, splits):
     assert launch.launch_config(CATALOGUE[name], *shape, SMS, registers).splits == splits
 
 
+H200_MEMORY = 4333  # devices.memory_bytes_per_ns on an H200 (0.9 of its 4.8 TB/s)
+
+
+@pytest.mark.parametrize("name,shape,h100,h200", [
+    # H200, tf32: 64 tiles of 128×128 in 2 splits ran 251 µs against 407 whole (3 splits: 324), and 32 tiles
+    # in 3 splits 85.5 against 95.8 at 2; an H100's ~3 TB/s held both launches to what HBM gives whole
+    ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", (128, 8192, 28672), 1, 2),
+    ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", (128, 4096, 14336), 2, 3),
+])
+def test_policy_weighs_the_gpus_own_memory(name, shape, h100, h200):
+    """The HBM bound of the split model is the device's bandwidth where the launcher knows it
+    (devices.memory_bytes_per_ns), an H100's where it does not."""
+    v = CATALOGUE[name]
+    assert launch.launch_config(v, *shape, SMS).splits == h100
+    assert launch.launch_config(v, *shape, SMS, memory_bytes_per_ns=H200_MEMORY).splits == h200
+
+
+def test_memory_bandwidth_comes_from_the_device(monkeypatch):
+    cupy = pytest.importorskip("cupy")
+    from cupy_gemm import devices
+    props = {7: {"memoryClockRate": 2619000, "memoryBusWidth": 5120}, 8: {}}  # an H100 SXM; a runtime without them
+    monkeypatch.setattr(cupy.cuda.runtime, "getDeviceProperties", lambda i: props[i])
+    monkeypatch.setattr(devices, "_bandwidths", {})
+    assert devices.memory_bytes_per_ns(7) == pytest.approx(0.9 * 3352.32)
+    assert devices.memory_bytes_per_ns(8) is None
+
+
 def test_only_persistent_splits_stay_in_one_round():
     """A persistent kernel's splits never outnumber its blocks; a CUDA-core kernel's may fill a second
     wave (H100, float32 128×10240×8192 on 160 tiles of 128×64, two blocks an SM: 0.85× cupy.matmul at the
