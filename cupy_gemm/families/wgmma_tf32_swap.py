@@ -58,6 +58,9 @@ def swap_tile_rules(p):
 
 def _rules(p, dtype, acc):
     yield from swap_tile_rules(p)
+    if p["STREAM_K"] and p["SPLIT_K"] != 0:
+        yield ConfigError("SPLIT_K", p["SPLIT_K"], f"0 with STREAM_K = {p['STREAM_K']} (the blocks sharing a tile "
+                          "sum it through the split-K workspace)")
     regs = consumer_registers(p)
     if regs > MOST_REGISTERS:
         yield ConfigError("BM", p["BM"], f"at most {MOST_REGISTERS} registers of accumulators and B fragments per "
@@ -78,6 +81,9 @@ WGMMA_TF32_SWAP = Family(
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
         block_swizzle_param(2048),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
+        Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh) as in wgmma; needs SPLIT_K = 0. 1: every "
+              "block an equal share of the last one to two waves' K blocks; 2: whole waves, then each tile of the "
+              "last one cut into equal shares along K", choices=(0, 1, 2)),
     ),
     dtypes={"float32": ("tf32",)},
     **WARP_SPECIALISED,
@@ -87,6 +93,7 @@ WGMMA_TF32_SWAP = Family(
     abi="tma",
     make_args=make_args,
     split_k=True,
+    stream_k=lambda p: p["STREAM_K"],
     renamed=RENAMED_BLOCK_SWIZZLE,
     convert=True,
 )

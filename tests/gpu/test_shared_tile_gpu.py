@@ -88,7 +88,8 @@ def test_more_shared_tiles_after_fewer(name):
         _check(v, *operands(v, m, n, k, seed=m + n + k))
 
 
-@pytest.mark.parametrize("name", [n for n in NEW if "kmajor" not in n])
+@pytest.mark.parametrize("name", [n for n in NEW if "kmajor" not in n and registry.catalogue()[n].family.batched
+                                  and registry.catalogue()[n].family.epilogue])
 def test_batch_and_epilogue(name):
     """A batch's tiles are walked as one problem's (three members of one tile: in clusters, or shared by many
     stream-K blocks); a fused epilogue runs on the summed tile."""
