@@ -82,7 +82,8 @@ def memory_bytes_per_ns(device_id: int) -> float | None:
         import cupy
         props = cupy.cuda.runtime.getDeviceProperties(device_id)
         clock_khz, bus_bits = props.get("memoryClockRate", 0), props.get("memoryBusWidth", 0)
-        _bandwidths[device_id] = SUSTAINED_SHARE * 2 * clock_khz * bus_bits / 8 / 1e6 if clock_khz and bus_bits else None
+        peak = 2 * clock_khz * bus_bits / 8 / 1e6  # kHz × bits: bytes per ns
+        _bandwidths[device_id] = SUSTAINED_SHARE * peak if peak else None
     return _bandwidths[device_id]
 
 

@@ -135,7 +135,7 @@ H200_MEMORY = 4333  # devices.memory_bytes_per_ns on an H200 (0.9 of its 4.8 TB/
 
 @pytest.mark.parametrize("name,shape,h100,h200", [
     # H200, tf32: 64 tiles of 128×128 in 2 splits ran 251 µs against 407 whole (3 splits: 324), and 32 tiles
-    # in 3 splits 85.5 against 95.8 at 2; an H100's ~3 TB/s held both launches to what HBM gives whole
+    # in 3 splits 85.5 against 95.8 at 2; with an H100's ~3 TB/s the model expects HBM to stop both sooner
     ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", (128, 8192, 28672), 1, 2),
     ("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk", (128, 4096, 14336), 2, 3),
 ])
