@@ -72,4 +72,5 @@ def candidate_table(meta: dict, rows: list[dict], command: str) -> dict:
              for r in rows if r["kind"] == "candidate" and r.get("ours_us") is not None]
     return dispatch.table_from_results(timed, gpu_name=gpu["name"], cc=int(gpu["compute_capability"]),
                                        sm_count=gpu.get("sm_count"), command=command,
+                                       memory_bytes_per_ns=gpu.get("memory_bytes_per_ns"),
                                        cupy_version=meta.get("cupy"), nvrtc_version=meta.get("nvrtc"))

@@ -299,9 +299,9 @@ def gpu_of(device_id: int) -> Gpu:
 
 
 def describe_gpu(name: str, cc: int) -> Gpu:
-    """A GPU given by name and compute capability (no device needed): its SM count from its table if any."""
-    table = selection_tables.table_for(name, cc)
-    return Gpu(name, cc, table["gpu"].get("sm_count") if table else None)
+    """A GPU given by name and compute capability (no device needed): its SM count and memory from its table."""
+    gpu = (selection_tables.table_for(name, cc) or {}).get("gpu", {})
+    return Gpu(name, cc, gpu.get("sm_count"), gpu.get("memory_bytes_per_ns"))
 
 
 def gpu_for(device=None) -> Gpu:

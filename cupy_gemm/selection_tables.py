@@ -16,6 +16,7 @@ This is the only module that knows their format:
     name = "NVIDIA H100 80GB HBM3"
     cc = 90
     sm_count = 132
+    memory_bytes_per_ns = 3017       # optional: devices.memory_bytes_per_ns, for the split-K model off the GPU
 
     [[entry]]                        # one per measured (dtype key, shape)
     dtype = "float16"                # float32, tf32 (float32 under CUPY_TF32=1), float16 or bfloat16
@@ -115,7 +116,8 @@ def nearest(table: dict, key: str, layout: str, m: int, n: int, k: int,
 
 def table_from_results(records, *, gpu_name: str | None = None, cc: int | None = None,
                        sm_count: int | None = None, command: str = "", date: str | None = None,
-                       cupy_version: str | None = None, nvrtc_version: str | None = None) -> dict:
+                       cupy_version: str | None = None, nvrtc_version: str | None = None,
+                       memory_bytes_per_ns: float | None = None) -> dict:
     """A table from measured results: per (dtype key, layout, shape) the catalogue variant with the smallest
     median (a tile of at most FEW_ROWS rows only where M fits in it). A record is a dict with dtype, m, n, k
     (or M, N, K), variant and median_ms (or time_ms), and may have acc ("tf32" files it under the tf32 key),
@@ -151,7 +153,8 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
         nvrtc_version = nvrtc_version or ".".join(map(str, toolkit.nvrtc_version()))
     generated = {"command": command, "date": date or datetime.date.today().isoformat(), "device": gpu_name,
                  "cupy": cupy_version, "nvrtc": nvrtc_version}
-    gpu = {"name": gpu_name, "cc": int(cc), **({"sm_count": int(sm_count)} if sm_count else {})}
+    gpu = {"name": gpu_name, "cc": int(cc), **({"sm_count": int(sm_count)} if sm_count else {}),
+           **({"memory_bytes_per_ns": round(memory_bytes_per_ns)} if memory_bytes_per_ns else {})}
     return {"generated": generated, "gpu": gpu, "entries": [best[s] for s in sorted(best)]}
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cupy_gemm import api, big_tiles, candidates, cli, dispatch, registry, selection_tables
+from cupy_gemm import api, big_tiles, candidates, cli, dispatch, launch, registry, selection_tables
 from cupy_gemm.dispatch import Gpu
 from cupy_gemm.errors import CatalogueError, DTypeError
 from fake_gpu import gpu  # noqa: F401  (the fixture)
@@ -398,6 +398,20 @@ def test_table_from_results_round_trips(monkeypatch):
     from_records = dispatch.table_from_results([{**records[1], "device_name": "NVIDIA H200", "arch": "sm_90a"}],
                                                cupy_version="14.2.0", nvrtc_version="13.0")
     assert from_records["gpu"] == {"name": "NVIDIA H200", "cc": 90}
+    with_memory = dispatch.table_from_results(records[:1], gpu_name="NVIDIA H200", cc=90, memory_bytes_per_ns=4332.9,
+                                              cupy_version="14.2.0", nvrtc_version="13.0")
+    assert with_memory["gpu"] == {"name": "NVIDIA H200", "cc": 90, "memory_bytes_per_ns": 4333}
+
+
+def test_a_gpu_named_off_the_device_takes_its_tables_memory():
+    """explain for a GPU that is not here models split-K with the memory its table recorded (an H200's),
+    as the launcher does on the device; a table without it leaves the model an H100's."""
+    h200 = dispatch.describe_gpu("NVIDIA H200", 90)
+    assert h200.sm_count == 132 and h200.memory_bytes_per_ns == 4333
+    assert dispatch.describe_gpu("NVIDIA H100 80GB HBM3", 90).memory_bytes_per_ns is None
+    v = registry.lookup("sgemm_wgmma_m64n128k8_tf32_swap_tile128x128_stages6_ws2_splitk")
+    assert launch.launch_config(v, 128, 8192, 28672, h200.sm_count,
+                                memory_bytes_per_ns=h200.memory_bytes_per_ns).splits == 2
 
 
 def test_a_refined_table_keeps_what_it_did_not_retime_and_lists_its_history():

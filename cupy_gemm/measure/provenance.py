@@ -60,7 +60,8 @@ def metadata(devices: Iterable[int] = (), **extra) -> dict:
         meta["cuda_runtime"] = _cuda_version(rt.runtimeGetVersion())
         meta["devices"] = [{"id": d, "name": _devices.device_name(d),
                             "compute_capability": cupy.cuda.Device(d).compute_capability,
-                            "sm_count": rt.getDeviceProperties(d)["multiProcessorCount"]} for d in devices]
+                            "sm_count": rt.getDeviceProperties(d)["multiProcessorCount"],
+                            "memory_bytes_per_ns": _devices.memory_bytes_per_ns(d)} for d in devices]
     meta.update(extra)
     return meta
 
