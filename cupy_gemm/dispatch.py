@@ -248,8 +248,8 @@ def _fastest_split(entries: list[Variant], key: str, m: int, n: int, k: int, gpu
     for v in entries if key in MODELLED_SPLITS else ():
         if padded_area(v, m, n) > least * MODEL_PAD_LIMIT:
             continue
-        splits, ns = split_plan(v, m, n, k, tiles_of(v, m, n), gpu.sm_count or ASSUMED_SM_COUNT, None,
-                                gpu.memory_bytes_per_ns)
+        splits, ns = split_plan(v, m, n, k, tiles_of(v, m, n), gpu.sm_count or ASSUMED_SM_COUNT,
+                                memory_bytes_per_ns=gpu.memory_bytes_per_ns)
         if ns is not None:
             modelled.append((ns / margin if splits > 1 else ns, ns, v, splits))
     if modelled:
