@@ -20,6 +20,14 @@ __device__ __forceinline__ int split_k_blocks(int k_blocks, int splits, int spli
     return base + (split < extra ? 1 : 0);
 }
 
+// Unit `unit` of a persistent kernel whose tiles are each shared by `splits` units side by side
+// (unit = tile * splits + split)
+__device__ __forceinline__ WorkUnit split_k_unit(int unit, int k_blocks, int splits) {
+    WorkUnit u{unit / splits, 0, 0, unit % splits, splits};
+    u.kb_count = split_k_blocks(k_blocks, splits, u.split, u.kb_begin);
+    return u;
+}
+
 __device__ __forceinline__ unsigned* split_k_counters(void* workspace) {
     return static_cast<unsigned*>(workspace);
 }
