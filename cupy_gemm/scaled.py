@@ -10,7 +10,8 @@ out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where 
 - any M, N >= 1 and any K: K that is not a multiple of 16 (TMA's 16-byte rows) is padded with zeros on
   the way in, exactly; torch requires K % 16 == 0 and N % 16 == 0;
 - no bias, no scale_result, no use_fast_accum argument: every 128-deep K-block is added into fp32
-  registers (torch's default, use_fast_accum=False); a catalogue variant with PROMOTE = 0 is the fast mode;
+  registers (torch's default, use_fast_accum=False); a catalogue variant with PROMOTE = 0 is the fast mode,
+  one with PROMOTE = 2 promotes every 256 of K;
 - e5m2 is allowed for one operand, not both (as torch);
 - scales must be float32 CuPy arrays on the operands' device; block scales of a are read [K-block][M], so
   an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array with M % 4 == 0 (as quantize

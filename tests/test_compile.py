@@ -1,4 +1,6 @@
 """Every variant compiles with NVRTC, no GPU needed; compile errors and missing toolkits are explained."""
+import re
+
 import pytest
 
 from cupy_gemm import compile as compile_mod, registry, toolkit
@@ -24,9 +26,10 @@ def test_compiles_without_spills(name, arch):
     assert 0 < res.registers <= 255
     # register arrays indexed at run time or register pressure past the cap would show as local memory
     assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), res
-    # ptxas makes every wgmma wait for the one before (C7514), or injects a wait (C7517), where it cannot
-    # prove that no other instruction touches registers a wgmma in flight owns
-    assert "C7514" not in compiled.log and "C7517" not in compiled.log, compiled.log
+    # ptxas makes every wgmma wait for the one before (C7514), or injects a wait (C7517) or a fence (C7519:
+    # it cost an FP8 kernel about a tenth of its speed), where it cannot prove that no other instruction
+    # touches registers a wgmma in flight owns
+    assert not {"C7514", "C7517", "C7519"} & set(re.findall(r"C75\d\d", compiled.log)), compiled.log
 
 
 def test_resources_are_parsed():

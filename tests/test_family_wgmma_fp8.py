@@ -40,6 +40,8 @@ def test_catalogue_covers_every_scaling_and_output():
     ({"BM": 192, "CONSUMERS": 3, "STAGES": 2}, "BN", "(128 with three consumers)"),  # 64 × (256 + 128) / 128
     ({"FORMAT_A": 1, "FORMAT_B": 1}, "FORMAT_B", "at most one e5m2 operand"),
     ({"CLUSTER": 2, "SPLIT_K": 2}, "SPLIT_K", "CLUSTER"),
+    ({"SCALING": 2, "PROMOTE": 2}, "SCALING", "block scaling (SCALING = 2) needs PROMOTE = 1"),
+    ({"PROMOTE": 2, "STAGES": 2}, "PROMOTE", "a consumer holds PROMOTE stages at once"),
 ])
 def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, words):
     check_rule(FP8, "bfloat16", {**BASE, **params}, param, words, TEMPLATE)
@@ -52,6 +54,7 @@ def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, w
     ({"FORMAT_A": 2}, "FORMAT_A"),
     ({"CONSUMERS": 4}, "CONSUMERS"),
     ({"SPLIT_K": 0}, "SPLIT_K"),                   # the count is fixed per variant: scaled_mm's default picks it
+    ({"PROMOTE": 3}, "PROMOTE"),
 ])
 def test_parameter_limits(params, param):
     with pytest.raises(ConfigError) as e:
@@ -62,6 +65,8 @@ def test_parameter_limits(params, param):
 @pytest.mark.parametrize("params,words", [
     ({"FORMAT_A": 1, "FORMAT_B": 1}, "at most one e5m2 operand"),
     ({"SCALING": 2, "PROMOTE": 0, "INSTR_N": 256}, "block scaling (SCALING = 2) needs PROMOTE = 1"),
+    ({"SCALING": 2, "PROMOTE": 2}, "block scaling (SCALING = 2) needs PROMOTE = 1"),
+    ({"PROMOTE": 2, "STAGES": 2}, "a consumer holds PROMOTE stages at once"),
 ])
 def test_template_refuses_what_the_rules_refuse(params, words):
     check_template_refuses(FP8, "bfloat16", "float32", {**BASE, **params}, words, arch="sm_90a")

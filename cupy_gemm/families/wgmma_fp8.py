@@ -16,7 +16,8 @@ operands are K-major, as torch._scaled_mm's "b must be column-major". SCALING se
 0 one per tensor; 1 per row of A (M floats) and per column of B (N floats); 2 blocks: 1×128 of A stored
 [ceil(K/128)][M] (rows padded to a multiple of 4 floats, TMA's 16-byte stride) and 128×128 of B stored
 [ceil(N/128)][ceil(K/128)]. PROMOTE = 1 adds each 128-deep K-block's tensor-core sum into separate fp32
-registers (the tensor core's own fp8 accumulation keeps fewer bits than fp32); block scales are applied
+registers (the tensor core's own fp8 accumulation keeps fewer bits than fp32), PROMOTE = 2 every two
+K-blocks' (half the promotions; per-tensor and row/column scales only); block scales are applied
 there (A's land in each pipeline stage with its tiles, B's are read a K-block ahead), the others in the
 epilogue. SPLIT_K != 1 splits K over several units of work per C tile (templates/common/split_k.cuh): the
 kernel then takes `int splits, void* workspace` last, as the wgmma family's split-K entries do.
@@ -73,13 +74,15 @@ def _rule_promotion(p, dtype, acc):
     if not p["PROMOTE"] and p["INSTR_N"] != p["BN"]:
         yield ConfigError("INSTR_N", p["INSTR_N"], f"equal to BN = {p['BN']} without PROMOTE "
                           "(the accumulators are the wgmma's own)")
-    if p["SCALING"] == 2 and not p["PROMOTE"]:
+    if p["SCALING"] == 2 and p["PROMOTE"] != 1:
         yield ConfigError("SCALING", p["SCALING"], "block scaling (SCALING = 2) needs PROMOTE = 1")
-    regs = p["BM"] // p["CONSUMERS"] * (p["BN"] + p["PROMOTE"] * p["INSTR_N"]) // 128
+    regs = p["BM"] // p["CONSUMERS"] * (p["BN"] + (p["INSTR_N"] if p["PROMOTE"] else 0)) // 128
     limit = MAX_ACC_REGS[p["CONSUMERS"]]
     if regs > limit:
         yield ConfigError("BN", p["BN"], f"at most 192 accumulator registers per consumer thread (128 with three "
-                          f"consumers): BM / CONSUMERS * (BN + PROMOTE * INSTR_N) / 128 <= {limit} (got {regs})")
+                          f"consumers): BM / CONSUMERS * (BN + INSTR_N with PROMOTE) / 128 <= {limit} (got {regs})")
+    if p["PROMOTE"] >= p["STAGES"]:
+        yield ConfigError("PROMOTE", p["PROMOTE"], f"below STAGES = {p['STAGES']}: a consumer holds PROMOTE stages at once")
 
 
 def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda: int, ldb: int, ldc: int) -> tuple:
@@ -117,7 +120,8 @@ WGMMA_FP8 = Family(
         Param("FORMAT_B", 0, "B's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
         Param("SCALING", 0, "scales: 0 = per tensor, 1 = per row of A and column of B, 2 = 1×128 / 128×128 blocks",
               choices=(0, 1, 2)),
-        flag("PROMOTE", "add each 128-deep K-block into fp32 registers (else the tensor core accumulates all of K)", 1),
+        Param("PROMOTE", 1, "128-deep K-blocks the tensor core sums before they are added into fp32 registers "
+              "(0: all of K)", choices=(0, 1, 2)),
         block_swizzle_param(2048),
         Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
               "fills (templates/common/cluster.cuh)", choices=(1, 2)),

@@ -167,6 +167,36 @@ def test_fast_accumulation_splits_too():
     run_case(100, 300, 1024 + 16, variant=_split(fast, 3), seed=11)
 
 
+PROMOTE256 = "fp8gemm_wgmma_m64n128k32_tile128x256_e4m3_tensor_promote256_bf16"
+
+
+def test_promotion_every_256_splits_too():
+    """PROMOTE = 2 over splits of 3 K-blocks each: every unit ends on a promotion of one K-block."""
+    run_case(100, 300, 1024 + 16, variant=_split(registry.lookup(PROMOTE256), 3), seed=12)
+
+
+def _positive_product_error(variant, k):
+    """Relative error against float64 of a 256×256 product of positive e4m3 codes (sums that only grow, the
+    tensor core's truncation at its worst), fp32 out."""
+    a = random_fp8((256, k), "e4m3", k) & 0x7F  # the sign bit cleared
+    b = random_fp8((k, 256), "e4m3", k + 1, column_major=True) & 0x7F
+    s = cupy.ones(1, cupy.float32)
+    out = cupy_gemm.scaled_mm(a, b, s, s, out_dtype="float32", variant=variant)
+    ref, _ = verify.reference(cupy_gemm.dequantize(a, s), cupy_gemm.dequantize(b, s))
+    return float(cupy.linalg.norm(out - ref) / cupy.linalg.norm(ref))
+
+
+def test_promotion_every_256_stays_bounded_in_k():
+    """The error of promoting every 256 of K does not grow with K, where fast accumulation's does."""
+    def f32(name):
+        base = registry.lookup(name)
+        return registry.make_variant(base.family, name.replace("_bf16", "_f32"), "float32", base.params)
+    every256, fast = f32(PROMOTE256), f32("fp8gemm_wgmma_m64n256k32_e4m3_tensor_fastacc_bf16")
+    short, long = (_positive_product_error(every256, k) for k in (1024, 32768))
+    assert long < 2 * short and long < 2.0**-8, (short, long)
+    assert _positive_product_error(fast, 32768) > 8 * long
+
+
 def test_long_k_keeps_accuracy():
     """Promotion every 128 of K: at K = 16384 the error stays within the sqrt(K) bound, fp32 output."""
     verdict = run_case(256, 256, 16384, out_dtype="float32", seed=9)
