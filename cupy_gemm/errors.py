@@ -10,6 +10,18 @@ import difflib
 class CupyGemmError(Exception):
     """Base class of every cupy-gemm error."""
 
+    def __reduce__(self):
+        # pickled with its message and attributes, not re-run through __init__ (whose arguments the
+        # subclasses change): errors cross process pools and Dask workers intact
+        return _restore, (type(self), self.args, self.__dict__)
+
+
+def _restore(cls, args, state):
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class ConfigError(CupyGemmError, ValueError):
     """A template parameter (or a catalogue entry) breaks a constraint of its family."""

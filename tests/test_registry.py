@@ -178,3 +178,24 @@ def test_every_listed_default_is_in_the_catalogue():
     for key, names in DEFAULTS.items():
         for name in names:
             assert name in CATALOGUE, f"DEFAULTS[{key!r}] names {name!r}, which the catalogue lacks"
+
+
+
+def _too_much_smem():
+    bad = dict(registry.lookup("hgemm_wgmma_m64n64k16_tile64x64_stages13_ws1").params, BK=128, STAGES=7)
+    return registry.make_variant(registry.family("wgmma"), "bad", "float16", bad)
+
+
+def test_errors_survive_pickling_across_processes():
+    """Sweep pools and Dask workers send errors back pickled: the type, message and attributes come back."""
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+    with pytest.raises(ConfigError) as made:
+        _too_much_smem()
+    with pytest.raises(UnknownVariantError) as unknown:
+        registry.lookup("sgemm_sliced_k")
+    for error in (made.value, unknown.value):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error) and back.__dict__ == error.__dict__
+    with ProcessPoolExecutor(1) as pool, pytest.raises(ConfigError, match="smem"):
+        pool.submit(_too_much_smem).result(timeout=60)
