@@ -133,11 +133,18 @@ def _rule_kcluster(p, dtype, acc):
                               "tile along K and each stores its share of it from registers)")
 
 
-def _rule_stream_k(p, dtype, acc):
+def stream_k_param() -> Param:
+    return Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh), the shared tiles summed as split-K sums "
+                 "them; needs SPLIT_K = 0. 1: every block an equal share of the last one to two waves' K blocks; "
+                 "2: whole waves, then each tile of the last one cut into equal shares along K", choices=(0, 1, 2))
+
+
+def stream_k_rule(p, dtype, acc):
+    """STREAM_K's needs, of the parameters the family has (wgmma_tf32_swap has no clusters or ping-pong)."""
     if not p["STREAM_K"]:
         return
     for name, want in (("SPLIT_K", 0), ("CLUSTER", 1), ("KCLUSTER", 1), ("PINGPONG", 0)):
-        if p[name] != want:
+        if name in p and p[name] != want:
             yield ConfigError(name, p[name], f"{want} with STREAM_K = {p['STREAM_K']} (the blocks sharing a tile sum it "
                               "through the split-K workspace; each block walks its own units)")
 
@@ -260,9 +267,7 @@ def _params(bk_choices: tuple[int, ...], bk_default: int, bn_most: int = 256) ->
               "fills (templates/common/cluster.cuh)", choices=(1, 2, 4)),
         Param("KCLUSTER", 1, "blocks per cluster that share one tile along K, their fp32 partials summed "
               "through distributed shared memory (templates/common/cluster_split_k.cuh); 1 = off", lo=1, hi=8),
-        Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh), the shared tiles summed as split-K sums "
-              "them; needs SPLIT_K = 0. 1: every block an equal share of the last one to two waves' K blocks; "
-              "2: whole waves, then each tile of the last one cut into equal shares along K", choices=(0, 1, 2)),
+        stream_k_param(),
     )
 
 
@@ -282,7 +287,7 @@ _COMMON = dict(
     template="wgmma.cu.j2",
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // CUDA_TYPES[dtype][1],
-    rules=(_rule_tiles, _registers_rule(192), _rule_cluster, _rule_kcluster, _rule_stream_k),
+    rules=(_rule_tiles, _registers_rule(192), _rule_cluster, _rule_kcluster, stream_k_rule),
     cluster=lambda p: p["CLUSTER"] * p["KCLUSTER"],
     cluster_splits_k=lambda p: p["KCLUSTER"] > 1,
     stream_k=lambda p: p["STREAM_K"],
@@ -319,7 +324,7 @@ WGMMA_TF32_ROWB = Family(
     params=_params((32, 64), 32),
     dtypes={"float32": ("tf32",)},
     **{**_COMMON, "smem_bytes": smem_bytes_rowb,
-       "rules": (_rule_tiles, _registers_rule(168), _no_cluster, _rule_stream_k)},
+       "rules": (_rule_tiles, _registers_rule(168), _no_cluster, stream_k_rule)},
 )
 
 WGMMA_KMAJOR = Family(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param
-from .wgmma import WARP_SPECIALISED, make_args
+from .wgmma import WARP_SPECIALISED, make_args, stream_k_param, stream_k_rule
 
 FP32_BYTES = 4
 SWIZZLE_ELEMS = 32  # fp32 elements in one 128-byte swizzled row
@@ -58,9 +58,7 @@ def swap_tile_rules(p):
 
 def _rules(p, dtype, acc):
     yield from swap_tile_rules(p)
-    if p["STREAM_K"] and p["SPLIT_K"] != 0:
-        yield ConfigError("SPLIT_K", p["SPLIT_K"], f"0 with STREAM_K = {p['STREAM_K']} (the blocks sharing a tile "
-                          "sum it through the split-K workspace)")
+    yield from stream_k_rule(p, dtype, acc)
     regs = consumer_registers(p)
     if regs > MOST_REGISTERS:
         yield ConfigError("BM", p["BM"], f"at most {MOST_REGISTERS} registers of accumulators and B fragments per "
@@ -81,9 +79,7 @@ WGMMA_TF32_SWAP = Family(
         Param("CONSUMERS", 2, "consumer warpgroups (one more warpgroup produces)", choices=(1, 2)),
         block_swizzle_param(2048),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
-        Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh) as in wgmma; needs SPLIT_K = 0. 1: every "
-              "block an equal share of the last one to two waves' K blocks; 2: whole waves, then each tile of the "
-              "last one cut into equal shares along K", choices=(0, 1, 2)),
+        stream_k_param(),
     ),
     dtypes={"float32": ("tf32",)},
     **WARP_SPECIALISED,
