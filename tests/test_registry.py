@@ -180,7 +180,6 @@ def test_every_listed_default_is_in_the_catalogue():
             assert name in CATALOGUE, f"DEFAULTS[{key!r}] names {name!r}, which the catalogue lacks"
 
 
-
 def _too_much_smem():
     bad = dict(registry.lookup("hgemm_wgmma_m64n64k16_tile64x64_stages13_ws1").params, BK=128, STAGES=7)
     return registry.make_variant(registry.family("wgmma"), "bad", "float16", bad)
