@@ -175,21 +175,24 @@ def test_tiles_wider_than_one_wgmma_issue_two_per_step(name):
 
 @pytest.mark.parametrize("name", ["hgemm_wgmma_m64n224k16_tile128x224_stages4_ws2_cluster2",
                                   "hgemm_wgmma_kmajor_m64n224k16_tile128x224_stages4_ws2_cluster2"])
-def test_tiles_of_32_odd_columns_take_whole_b_boxes_and_64_byte_c_rows(name):
-    """BN = 224: an N-major B stage lands four 64-column boxes (the fourth half read), a K-major one 224 rows of
-    n; the 16-bit C is staged in boxes of 64 rows × 64 bytes (32 columns), its TMA map swizzled to match;
-    m64n224k16 reads 3.5 swizzle atoms. smem_bytes says so, and the template's static_assert agrees."""
-    from cupy_gemm.families.wgmma import c_swizzle
+def test_tiles_of_32_odd_columns_take_64_byte_b_boxes_and_c_rows(name):
+    """BN = 224: an N-major B stage lands seven boxes of 32 columns in 64-byte swizzled rows (no copy brings
+    columns past the tile), a K-major one 224 rows of n; the 16-bit C is staged in boxes of 64 rows × 64
+    bytes (32 columns), its TMA map swizzled to match; m64n224k16 reads seven 64-byte swizzle atoms of an
+    N-major B. smem_bytes says so, and the template's static_assert agrees."""
+    from cupy_gemm.families.wgmma import b_swizzle, c_swizzle
     v = catalogue()[name]
     p = v.params
-    b_cols = 256 if v.family is WGMMA else 224
     staging = p["CONSUMERS"] * p["EPI_BOXES"] * 64 * 64
-    assert v.family.smem_bytes(p, "float16", "float32") == 4 * (128 * 64 + 64 * b_cols) * 2 + staging + 1024 + 64
+    assert v.family.smem_bytes(p, "float16", "float32") == 4 * (128 * 64 + 64 * 224) * 2 + staging + 1024 + 64
+    assert b_swizzle(p, "float16", v.family.b_layout) == (64 if v.family is WGMMA else 128)
+    assert b_swizzle({**p, "BN": 256}, "float16", None) == 128 and b_swizzle(p, "float32", None) == 128
     assert c_swizzle(p, "float16") == 64 and c_swizzle({**p, "BN": 256}, "float16") == 128
     assert c_swizzle({**p, "BN": 96}, "float32") == 128  # tf32 tiles of 32·odd columns keep 128-byte C rows
     source = render(v)
     assert "wgmma.mma_async.sync.aligned.m64n224k16" in source
     assert "constexpr int C_SW_BYTES = sizeof(T_IN) == 2 && BN % 64 ? 64 : 128;" in source
+    assert "constexpr int B_SW_BYTES = sizeof(T_IN) == 2 && !B_KMAJOR && BN % SW_ELEMS ? 64 : 128;" in source
     _compiles_and_asserts_its_rule(v, {"BN": 240}, "BN must be a multiple of 32")
 
 

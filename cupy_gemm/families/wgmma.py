@@ -26,8 +26,8 @@ C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves t
                 float alpha, float beta, int splits, void* workspace)
 
 with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32 and wgmma_kmajor, column-major.
-Tiles move in boxes of one 128-byte swizzle row; a 16-bit tile of 32·odd columns (128×224) lands an N-major
-B in whole boxes, the last half unread, and stages C in boxes of 64-byte rows (`c_swizzle`).
+Tiles move in boxes of one 128-byte swizzle row; a 16-bit tile of 32·odd columns (64×96, 128×224) lands an
+N-major B in boxes of 64-byte rows (`b_swizzle`) and stages C in such boxes (`c_swizzle`).
 The copy engine zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs
 16-byte aligned base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API
 guarantee (padding when a problem does not meet it).
@@ -77,12 +77,15 @@ def c_swizzle(p, dtype: str) -> int:
     return 64 if CUDA_TYPES[dtype][1] == 2 and p["BN"] % 64 else SWIZZLE_BYTES
 
 
-def smem_bytes(p, dtype: str, acc: str, n_major_b: bool = False) -> int:
-    """n_major_b: B lands N-major, in whole boxes of one swizzle row (BN = 32·odd: the last one half used)."""
+def b_swizzle(p, dtype: str, b_layout: str | None) -> int:
+    """Bytes in one row of an N-major B box (row-major B): SWIZZLE_BYTES, or 64 for a 16-bit tile of 32·odd
+    columns, whose boxes are then 32 columns wide and bring none past the tile."""
+    return 64 if b_layout != "col" and CUDA_TYPES[dtype][1] == 2 and p["BN"] % 64 else SWIZZLE_BYTES
+
+
+def smem_bytes(p, dtype: str, acc: str) -> int:
     size = CUDA_TYPES[dtype][1]
-    row = _elems_per_row(dtype)
-    b_cols = -(-p["BN"] // row) * row if n_major_b else p["BN"]
-    stage = (p["BM"] * p["BK"] + p["BK"] * b_cols) * size
+    stage = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * size
     staging = p["TMA_STORE"] * p["CONSUMERS"] * p["EPI_BOXES"] * C_BOX_ROWS * c_swizzle(p, dtype)  # boxes per consumer
     # + 1024: the kernel rounds the start up to the swizzle period; + 16 per stage: full/empty barriers;
     # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival; with KCLUSTER, the fp32
@@ -149,11 +152,12 @@ def stream_k_rule(p, dtype, acc):
                               "through the split-K workspace; each block walks its own units)")
 
 
-def _b_share_k(p, dtype: str) -> int:
+def _b_share_k(p, dtype: str, b_layout: str | None) -> int:
     """Rows of k of every box of an N-major B stage that each block of a cluster multicasts: all BK where the
     boxes divide among the blocks (each takes whole ones), else BK / CLUSTER (64×192 tiles in fours)."""
     cluster = p.get("CLUSTER", 1)  # wgmma_3xtf32 shares make_args and has no clusters
-    return p["BK"] if -(-p["BN"] // _elems_per_row(dtype)) % cluster == 0 else p["BK"] // cluster
+    boxes = p["BN"] * CUDA_TYPES[dtype][1] // b_swizzle(p, dtype, b_layout)
+    return p["BK"] if boxes % cluster == 0 else p["BK"] // cluster
 
 
 def _rule_cluster(p, dtype, acc):
@@ -199,12 +203,14 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     # K-major B: a cluster's blocks each load their rows of n (wgmma_3xtf32 shares this and has no clusters);
     # a tile wider than 256 rows of n (the most one copy moves) takes them in two copies (B_COPY_ROWS)
     b_share = p["BN"] // p.get("CLUSTER", 1)
-    b_rows, b_cols, b_box = tma.b_extent(variant.family.b_layout, k, n, _b_share_k(p, dtype),
+    b_layout = variant.family.b_layout
+    b_rows, b_cols, b_box = tma.b_extent(b_layout, k, n, _b_share_k(p, dtype, b_layout),
                                          b_share // 2 if b_share > 256 else b_share)
+    b_sw = b_swizzle(p, dtype, b_layout)
     c_sw = c_swizzle(p, dtype)
     a_box = A_COPY_ROWS if variant.family.template == _COMMON["template"] else p["BM"]
     maps = ((A, operand, m, k, lda, a_box, row, size, SWIZZLE_BYTES),
-            (B, operand, b_rows, b_cols, ldb, b_box, row, size, SWIZZLE_BYTES),
+            (B, operand, b_rows, b_cols, ldb, b_box, b_sw // size, size, b_sw),
             (C, out, m, n, ldc, C_BOX_ROWS, c_sw // c_size, c_size, c_sw))
     if batch is None:
         map_a, map_b, map_c = (tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=cols,
@@ -305,7 +311,7 @@ WGMMA = Family(
     doc="Hopper: TMA ring of STAGES stages, one producer and CONSUMERS wgmma warpgroups, persistent",
     params=_params((64, 128), 64, bn_most=384),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
-    **{**_COMMON, "smem_bytes": lambda p, dtype, acc: smem_bytes(p, dtype, acc, n_major_b=True)},
+    **_COMMON,
 )
 
 WGMMA_TF32 = Family(

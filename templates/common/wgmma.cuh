@@ -20,6 +20,14 @@ __device__ __forceinline__ unsigned long long smem_desc_sw128(unsigned addr, uns
          | 1ull << 62;
 }
 
+// The same for rows of SW bytes (128, 64 or 32: CU_TENSOR_MAP_SWIZZLE_128B, _64B, _32B), whose pattern
+// repeats every 8 rows: mode 1, 2 or 3.
+template <int SW>
+__device__ __forceinline__ unsigned long long smem_desc_swizzled(unsigned addr, unsigned lbo, unsigned sbo) {
+    static_assert(SW == 128 || SW == 64 || SW == 32, "a swizzle of 128, 64 or 32 bytes");
+    return (smem_desc_sw128(addr, lbo, sbo) & ~(3ull << 62)) | (unsigned long long)(SW == 128 ? 1 : SW == 64 ? 2 : 3) << 62;
+}
+
 // Orders this warpgroup's register and shared-memory accesses before the wgmma that follow.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
