@@ -154,7 +154,8 @@ def stream_k_rule(p, dtype, acc):
 
 def _b_share_k(p, dtype: str, b_layout: str | None) -> int:
     """Rows of k of every box of an N-major B stage that each block of a cluster multicasts: all BK where the
-    boxes divide among the blocks (each takes whole ones), else BK / CLUSTER (64×192 tiles in fours)."""
+    boxes divide among the blocks (each takes whole ones), else BK / CLUSTER (64×192 tiles in fours,
+    odd numbers of 32-column boxes in pairs)."""
     cluster = p.get("CLUSTER", 1)  # wgmma_3xtf32 shares make_args and has no clusters
     boxes = p["BN"] * CUDA_TYPES[dtype][1] // b_swizzle(p, dtype, b_layout)
     return p["BK"] if boxes % cluster == 0 else p["BK"] // cluster
