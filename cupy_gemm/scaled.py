@@ -13,9 +13,10 @@ out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where 
   registers (torch's default, use_fast_accum=False); a catalogue variant with PROMOTE = 0 is the fast mode,
   one with PROMOTE = 2 promotes every 256 of K;
 - e5m2 is allowed for one operand, not both (as torch);
-- scales must be float32 CuPy arrays on the operands' device; block scales of a are read [K-block][M], so
-  an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array with M % 4 == 0 (as quantize
-  returns it) is used in place, any other is copied (the copy engine needs rows of 16-byte multiples).
+- scales must be float32 CuPy arrays on the operands' device; the wgmma kernels read block scales of a
+  [K-block][M], so an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array with M % 4 == 0
+  (as quantize returns it) is used in place, any other is copied (the copy engine needs rows of 16-byte
+  multiples); the decode kernel (at most 32 rows) reads any scale_a in place, by its strides.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from .errors import DTypeError, InputError
 from .fp8 import BLOCK, check_format
 from .operands import require_cupy
 from .prepared import keep, recall
-from .scaled_choice import FAMILY, SCALING_IDS, variant_for
+from .scaled_choice import DECODE_FAMILY, FAMILIES, SCALING_IDS, variant_for
 
 OUT_DTYPES = ("bfloat16", "float16", "float32")
 K_ALIGN = 16  # bytes: TMA's row stride rule, = elements for fp8
@@ -88,8 +89,8 @@ def check_variant(variant, format_a: str, format_b: str, modes, out_dtype: str, 
     variant = getattr(variant, "variant", variant)  # a Kernel
     if isinstance(variant, str):
         variant = registry.lookup(variant)
-    if not isinstance(variant, registry.Variant) or variant.family.name != FAMILY:
-        raise InputError(f"scaled_mm runs {FAMILY} variants; got {getattr(variant, 'name', variant)!r}")
+    if not isinstance(variant, registry.Variant) or variant.family.name not in FAMILIES:
+        raise InputError(f"scaled_mm runs {', '.join(FAMILIES)} variants; got {getattr(variant, 'name', variant)!r}")
     p = variant.params
     mode = list(SCALING_IDS)[p["SCALING"]]
     got = (fp8.FORMATS[p["FORMAT_A"]], fp8.FORMATS[p["FORMAT_B"]], variant.dtype)
@@ -119,11 +120,14 @@ def _k_major(x, rows: int, k: int):
     return padded, padded.shape[1]
 
 
-def _kernel_scales(scale, mode: str, operand: str):
+def _kernel_scales(scale, mode: str, operand: str, strided: bool = False):
     """Scales in the kernel's layout: A's blocks as [K-block][M] rows of 16-byte multiples, so that a
-    K-block's row scales are one box for the copy engine (zeros pad M to a multiple of 4)."""
+    K-block's row scales are one box for the copy engine (zeros pad M to a multiple of 4); `strided`: as
+    they are, for a kernel that reads A's blocks by their strides (decode_fp8)."""
     import cupy
     if mode == "block" and operand == "a":
+        if strided:
+            return scale
         rows = scale.T
         if _scales_in_place(scale, mode):
             return rows
@@ -133,9 +137,11 @@ def _kernel_scales(scale, mode: str, operand: str):
     return cupy.ascontiguousarray(scale.reshape(-1) if mode != "block" else scale)
 
 
-def _scales_in_place(scale_a, mode: str) -> bool:
+def _scales_in_place(scale_a, mode: str, strided: bool = False) -> bool:
     """Whether a's scales reach the kernel as they are, not copied into its layout (_kernel_scales)."""
     if mode == "block":
+        if strided:
+            return True
         return _tma_ready(scale_a.T, *scale_a.T.shape, 4) is not None
     return scale_a.flags.c_contiguous
 
@@ -184,6 +190,7 @@ class _Plan:
         self.variant, self.mode = check_variant(variant, format_a, format_b, modes, out_dtype, m, n, k,
                                                 launch.sm_count(device))
         self.m, self.n, self.k = m, n, k
+        self.strided_scales = self.variant.family.name == DECODE_FAMILY  # reads A's block scales where they lie
         self.product = None
         if m and n and k:
             with device:
@@ -194,7 +201,8 @@ class _Plan:
                                          pdl=launch.uses_pdl(self.variant, device))
         # operands the kernel reads where they lie give the same arguments for the same addresses
         self.in_place = (k % K_ALIGN == 0 and _tma_ready(a, m, k, 1) is not None
-                         and _tma_ready(b.T, n, k, 1) is not None and _scales_in_place(scale_a, self.mode)
+                         and _tma_ready(b.T, n, k, 1) is not None
+                         and _scales_in_place(scale_a, self.mode, self.strided_scales)
                          and scale_b.flags.c_contiguous)
         self.packed: OrderedDict = OrderedDict()
 
@@ -207,7 +215,7 @@ class _Plan:
         v, m, n, k = self.variant, self.m, self.n, self.k
         a_k, lda = _k_major(a, m, k)
         b_k, ldb = _k_major(b.T, n, k)
-        args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, self.mode, "a"),
+        args = v.family.make_args(v, a_k, b_k, target, _kernel_scales(scale_a, self.mode, "a", self.strided_scales),
                                   _kernel_scales(scale_b, self.mode, "b"), m, n, a_k.shape[1], lda, ldb, ldc)
         return self.product.pack((*args, *launch.split_k_args(v, self.product.config)))
 
@@ -256,7 +264,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_d
               variant=None):
     """(scale_a ∘ a) · (scale_b ∘ b) for fp8 a (M×K uint8, row-major) and b (K×N uint8, column-major),
     fp32 accumulation, as out_dtype. See the module docstring for the scale shapes and where this
-    differs from torch._scaled_mm. variant: a wgmma_fp8 catalogue name or Kernel, or None.
+    differs from torch._scaled_mm. variant: a wgmma_fp8 or decode_fp8 catalogue name or Kernel, or None.
     A repeated geometry reuses its plan: checked and chosen once (scaled_plan holds one explicitly)."""
     key = _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
     plan = recall(_plans, key)

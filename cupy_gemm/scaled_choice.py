@@ -1,6 +1,6 @@
 """The default FP8 variant for a call: formats, scaling and output pick the catalogue's entries (or one
-derived from them), and M, N, K and the SM count pick the tile and how many units share its K (scaled.py
-checks and runs)."""
+derived from them), and M, N, K and the SM count pick the kernel: the decode kernel for at most 16 rows,
+else the wgmma tile and how many units share its K (scaled.py checks and runs)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -9,6 +9,8 @@ from . import fp8, registry
 from .families.wgmma_fp8 import K_BLOCK
 
 FAMILY = "wgmma_fp8"
+DECODE_FAMILY = "decode_fp8"
+FAMILIES = (FAMILY, DECODE_FAMILY)
 SCALING_IDS = {"tensor": 0, "rowcol": 1, "block": 2}
 # Where the shape is known the default is the tile expected to finish first: its rounds of tiles (waves of
 # persistent blocks, one an SM) × (K-blocks × ns per K-block + ns per tile), the first listed (the
@@ -36,6 +38,49 @@ SPLITS = (2, 3, 4)
 SPLIT_TILES = {"tensor": ((128, 128), (64, 128), (64, 64)), "block": ((128, 128), (64, 128))}
 SPLIT_COST = (1000, 1500)
 SPLIT_MARGIN = 0.9
+
+
+# At most 16 rows (decode) the product is bound by reading B once: the decode_fp8 kernel streams it with
+# DECODE_COLUMNS columns a cluster, the cluster's CS blocks splitting K, as many as keep one block per SM
+# (the deeper ring, DECODE_STAGES[0]); where the columns alone need more blocks than SMs, several share
+# an SM on the shallower ring. Timed on an H200 (2026-11-28, examples/fp8_decode_timing.py --layouts, 16
+# shapes of 1 and 16 rows, N 1024 to 28672, K 1536 to 16384, BN 64 to 256, CS 1 to 8, 4 or 8 stages): the
+# rule's layout ran within 1.09× of the fastest at every shape, 1.02× geomean. At 17 to 32 rows the
+# 64-row wgmma tiles ran as fast (the decode kernel's two m16 tiles are its ROWS = 32 entries, by name).
+# Block scales add two scale loads a K-block, which the kernel did not hide over deep K at 8 and 16 rows
+# (16×8192×28672: 97.7 µs against 68.1 on the 64-row wgmma tile; at one row 72.1 against 72.8): past one
+# row and DECODE_BLOCK_K_BLOCKS K-blocks block scales keep the wgmma tiles.
+DECODE_MAX_ROWS = 16
+DECODE_COLUMNS = 64
+DECODE_SPLITS = (8, 4, 2)
+DECODE_STAGES = (8, 4)
+DECODE_BLOCK_K_BLOCKS = 64
+
+
+def decode_layout(mode: str, m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int] | None:
+    """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product with `mode` scales on sm_count
+    SMs, or None where the wgmma tiles serve it (past DECODE_MAX_ROWS rows; block scales over deep K)."""
+    if m > DECODE_MAX_ROWS or (mode == "block" and m > 1 and -(-k // K_BLOCK) > DECODE_BLOCK_K_BLOCKS):
+        return None
+    clusters, k_blocks = -(-n // DECODE_COLUMNS), -(-k // K_BLOCK)
+    cs = next((c for c in DECODE_SPLITS if clusters * c <= sm_count and c <= k_blocks), 1)
+    return 16, DECODE_COLUMNS, cs, DECODE_STAGES[0] if clusters * cs <= sm_count else DECODE_STAGES[1]
+
+
+@lru_cache(maxsize=None)
+def _decode_entry(format_a: str, format_b: str, mode: str, out_dtype: str, layout) -> registry.Variant:
+    """The catalogue's decode entry with this (ROWS, BN, CS, STAGES) for these formats, scaling and output,
+    else the first decode entry made to take them."""
+    rows, bn, cs, stages = layout
+    want = {"FORMAT_A": fp8.FORMATS.index(format_a), "FORMAT_B": fp8.FORMATS.index(format_b),
+            "SCALING": SCALING_IDS[mode], "ROWS": rows, "BN": bn, "CS": cs, "STAGES": stages}
+    entries = [v for v in registry.catalogue().values() if v.family.name == DECODE_FAMILY]
+    found = [v for v in entries if v.dtype == out_dtype and all(v.params[p] == x for p, x in want.items())]
+    if found:
+        return found[0]
+    name = (f"fp8gemv_decode_{'r32_' if rows == 32 else ''}n{bn}_c{cs}_stages{stages}_"
+            f"{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}")
+    return registry.make_variant(entries[0].family, name, out_dtype, {**entries[0].params, **want})
 
 
 def _costed_as(mode: str) -> str:
@@ -72,6 +117,16 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int 
     entry with it (validated like any variant)."""
     if not (m and n and k and sm_count):
         return _first(format_a, format_b, mode, out_dtype)
+    layout = decode_layout(mode, m, n, k, sm_count)
+    if layout is not None:
+        return _decode_entry(format_a, format_b, mode, out_dtype, layout)
+    return tile_variant_for(format_a, format_b, mode, out_dtype, m, n, k, sm_count)
+
+
+def tile_variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: int, k: int,
+                     sm_count: int) -> registry.Variant:
+    """The wgmma tile (and split) expected to finish first, whatever M (variant_for's pick where
+    decode_layout gives none)."""
     tile, splits = _pick(mode, m, n, k, sm_count)
     return _entry_with_split(format_a, format_b, mode, out_dtype, tile, splits)
 
@@ -137,7 +192,7 @@ def _first(format_a: str, format_b: str, mode: str, out_dtype: str) -> registry.
 
 
 def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: int, k: int, device=None) -> str:
-    """Which variant `scaled_mm(variant=None)` runs for an m×n×k product, and each tile's expected time.
+    """Which variant `scaled_mm(variant=None)` runs for an m×n×k product, and why (each tile's expected time).
     device: as dispatch.explain's (None: the current GPU; a (name, cc) pair for one not present)."""
     from .dispatch import ASSUMED_SM_COUNT, gpu_for
     gpu = gpu_for(device)
@@ -147,11 +202,17 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     ranked = ", ".join(f"{t[0]}×{t[1]}{f' ÷{s}' if s > 1 else ''} ~{estimate[t, s] / 1000:.1f} µs"
                        for t, s in sorted(estimate, key=estimate.get))
     sms = f"{gpu.sm_count} SMs" if gpu.sm_count else f"SM count unknown, {ASSUMED_SM_COUNT} assumed"
+    why = (f"the tile expected to finish first, rounds of tiles × (K-blocks × ns per K-block + ns per tile), costs "
+           f"fitted on an H100 (scaled_choice.TILE_COSTS; ÷s: K split over s units, SPLIT_COST, taken where "
+           f"{1 - SPLIT_MARGIN:.0%} sooner than unsplit): {ranked}")
+    layout = decode_layout(mode, m, n, k, sm_count)
+    if layout is not None:
+        rows, bn, cs, stages = layout
+        why = (f"at most {DECODE_MAX_ROWS} rows: the decode kernel streams B once, {bn} columns a cluster, K split "
+               f"over its {cs} blocks, {stages} stages ({-(-n // bn) * cs} blocks for {sm_count} SMs; "
+               f"scaled_choice.decode_layout); the wgmma tiles would be {ranked}")
     lines = [f"{format_a} × {format_b} {m}×{n}×{k}, {mode} scales, {out_dtype} out, on {gpu.name} (sm_{gpu.cc}, {sms})",
-             f"variant: {variant.name}",
-             f"why: the tile expected to finish first, rounds of tiles × (K-blocks × ns per K-block + ns per tile), "
-             f"costs fitted on an H100 (scaled_choice.TILE_COSTS; ÷s: K split over s units, SPLIT_COST, taken where "
-             f"{1 - SPLIT_MARGIN:.0%} sooner than unsplit): {ranked}"]
+             f"variant: {variant.name}", f"why: {why}"]
     if gpu.cc < 90:
         lines.append("note: the FP8 kernels need an sm_90 GPU; scaled_mm raises DeviceError on this one")
     return "\n".join(lines) + "\n"

@@ -90,7 +90,8 @@ def _tf32_column(tile, lane_col):  # the template's tf32_column()
 def test_the_rendered_kernel_holds_the_layout_tested_below():
     source = render(catalogue()[NAMES[0]])
     assert "return row * 128 + ((chunk ^ (row & 7)) << 4);" in source
-    assert "return (col / BOX) * box_bytes + swizzled(row, col % BOX / EPC) + (col % EPC) * sizeof(T_IN);" in source
+    assert "return (col / BOX) * box_bytes + swizzled(row, col % BOX / EPC) + (col % EPC) * ELEM_BYTES;" in source
+    assert "constexpr int ELEM_BYTES = sizeof(T_IN);" in source
     assert "return (tile / 4) * BOX + 4 * (tile % 4) + (l % 4) + 16 * (l / 4);" in source
     assert "element(A_BOX_BYTES, r + 8 * (j % 2), kk + 8 * (j / 2))" in source
     assert "element(A_BOX_BYTES, r + 8 * (j % 2), kk + 4 * (j / 2))" in source
@@ -227,7 +228,8 @@ def test_a_stage_read_by_ordinary_loads_is_fenced_before_the_copy_engine_refills
     """The consumers read stages with ldmatrix (the generic proxy) and TMA refills them (the async proxy):
     the mbarrier orders only the first, so each consumer warp fences its reads before it releases a stage
     (without it about one launch in 400 of the 8-block clusters summed a half-refilled stage on an H100)."""
-    consume = TEMPLATE[TEMPLATE.index("void consume("):]
+    ring = template_text("common/decode_ring.cuh")  # decode.cu.j2's and decode_fp8.cu.j2's ring
+    consume = ring[ring.index("void consume("):]
     release = consume.index("release_read_stage(empty_bar(bars, s), lane);")
     assert consume.index("multiply(stages + s * STAGE_BYTES);") < release
     tma = template_text("common/tma.cuh")

@@ -7,7 +7,7 @@ import pytest
 
 import cupy_gemm
 from cupy_gemm import fp8, launch, registry, scaled, scaled_choice, tma, verify
-from cupy_gemm.errors import DTypeError
+from cupy_gemm.errors import DTypeError, InputError
 from cupy_gemm.launch import compute_capability
 
 try:
@@ -111,7 +111,7 @@ def test_every_tile_the_default_may_take(tile, fa, fb, out_dtype, mode):
              seed=6)
 
 
-@pytest.mark.parametrize("m,n,k,tile,splits", [(17, 1000, 1056, (64, 64), 1), (100, 5000, 1056, (64, 128), 1),
+@pytest.mark.parametrize("m,n,k,tile,splits", [(40, 1000, 1056, (64, 64), 1), (100, 5000, 1056, (64, 128), 1),
                                                (512, 4096, 4096, (128, 128), 1), (200, 2048, 16384, (128, 128), 4)])
 def test_default_takes_the_tile_expected_first(m, n, k, tile, splits):
     """variant=None at these shapes on an H100's or H200's 132 SMs: the cost table's pick, correct."""
@@ -392,9 +392,96 @@ def test_quantize_round_trip_and_product(scaling):
     assert check(out, qa, qb, sa, sb, "e4m3", "e4m3", k, "float32").ok
 
 
+# ---- the decode kernel: at most 32 rows ------------------------------------------------------------------
+
+DECODE_NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "decode_fp8"]
+# one row, odd rows, a whole m16 tile and two; N off every tile (one column, 17, 1000, 4095); K of one
+# 16-byte row, not a multiple of 16 (padded), 128·j + 16 tails, deep enough to split over eight blocks
+DECODE_SHAPES = [(1, 1, 16), (5, 17, 144), (16, 1000, 1040), (1, 4095, 4112), (13, 127, 33), (3, 300, 128 * 24 + 16)]
+
+
+def _decode(name_or_variant, **params):
+    v = registry.lookup(name_or_variant) if isinstance(name_or_variant, str) else name_or_variant
+    if not params:
+        return v
+    tag = "_".join(f"{p}{x}" for p, x in params.items())
+    return registry.make_variant(v.family, f"{v.name}_{tag}", v.dtype, {**v.params, **params})
+
+
+@pytest.mark.parametrize("m,n,k", DECODE_SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in DECODE_SHAPES])
+@pytest.mark.parametrize("name", DECODE_NAMES)
+def test_decode_catalogue_variant(name, m, n, k):
+    case = _params_of(name)
+    _skip_without_bf16(case["out_dtype"])
+    rows = registry.lookup(name).params["ROWS"]
+    run_case(m if rows == 16 else m + 16, n, k, seed=m + 3 * n + 7 * k, **case)
+
+
+@pytest.mark.parametrize("bn,cs", [(bn, cs) for bn in (64, 128, 256) for cs in (1, 2, 4, 8)])
+@pytest.mark.parametrize("rows", [16, 32])
+def test_decode_layouts(rows, bn, cs):
+    """Every layout the default may take or a caller may name: clusters of 1 to 8 blocks, some holding no
+    K-block (K of three blocks over eight), columns past N, block scales, a float32 output."""
+    layout = dict(ROWS=rows, BN=bn, CS=cs, WARPS=8 if bn == 256 else 4, STAGES=5 if bn == 256 else 8)
+    for (m, n, k), mode, out_dtype in [((rows, 2 * bn + 8, 128 * 3), "block", "float32"),
+                                       ((rows - 3, bn - 16, 128 * 17 + 16), "tensor", "bfloat16"),
+                                       ((1, 3 * bn, 1040), "rowcol", "float16")]:
+        _skip_without_bf16(out_dtype)
+        v = _decode(scaled_choice._decode_entry("e4m3", "e4m3", mode, out_dtype, (rows, 64, 2, 8)), **layout)
+        run_case(m, n, k, mode=mode, out_dtype=out_dtype, variant=v, seed=rows + bn + cs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fa,fb,out_dtype", [("e5m2", "e4m3", "float16"), ("e4m3", "e5m2", "float32"),
+                                             ("e4m3", "e4m3", "bfloat16")])
+@pytest.mark.parametrize("m", [1, 7, 16, 17])
+def test_decode_is_the_default_up_to_16_rows(m, fa, fb, out_dtype, mode):
+    _skip_without_bf16(out_dtype)
+    v = scaled.variant_for(fa, fb, mode, out_dtype, m, 2056, 4112, launch.sm_count(cupy.cuda.Device()))
+    assert (v.family.name == "decode_fp8") == (m <= 16), v.name  # 33 K-blocks: block scales too
+    run_case(m, 2056, 4112, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=m)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_decode_is_bitwise_repeatable(mode):
+    """The cluster's partial tiles are summed in rank order: repeats give the same bits."""
+    m, n, k = 9, 1000, 128 * 40 + 16
+    v = scaled_choice._decode_entry("e4m3", "e4m3", mode, "float32", (16, 64, 8, 8))
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    sa, sb = random_scales(mode, m, n, k, 3)
+    first = cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32", variant=v)
+    assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
+    for _ in range(20):
+        again = cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32", variant=v)
+        assert (again.view(cupy.uint32) == first.view(cupy.uint32)).all()
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "sliced"])
+def test_decode_reads_block_scales_of_a_where_they_lie(layout):
+    """The decode kernel reads A's (M, K-blocks) block scales by their strides: no copy, any layout."""
+    m, n, k = 3, 500, 1040
+    kb = -(-k // 128)
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    _, sb = random_scales("block", m, n, k, 3)
+    wide = cupy.exp2(cupy.random.default_rng(4).random((m, 2 * kb), dtype=cupy.float32) * 4 - 2)
+    sa = {"C": cupy.ascontiguousarray(wide[:, :kb]), "F": cupy.asfortranarray(wide[:, :kb]), "sliced": wide[:, ::2]}[layout]
+    plan = scaled._Plan(a, b, sa, sb, "e4m3", "e4m3", "float32", None, None)
+    assert plan.variant.family.name == "decode_fp8" and plan.in_place
+    out = cupy_gemm.scaled_mm(a, b, sa, sb, out_dtype="float32")
+    assert check(out, a, b, sa, sb, "e4m3", "e4m3", k, "float32").ok
+
+
+def test_decode_refuses_more_rows_before_launch():
+    a, b = random_fp8((17, 256), "e4m3", 1), random_fp8((256, 64), "e4m3", 2, column_major=True)
+    sa, sb = random_scales("tensor", 17, 64, 256, 3)
+    with pytest.raises(InputError, match="at most 16 rows"):
+        cupy_gemm.scaled_mm(a, b, sa, sb, variant="fp8gemv_decode_n64_c2_stages8_e4m3_tensor_bf16")
+
+
 # ---- torch._scaled_mm on the same bytes ------------------------------------------------------------------
 
-@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1000, 2048, 1040), (16, 4096, 7168)])
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1000, 2048, 1040), (16, 4096, 7168), (1, 7168, 2048),
+                                   (32, 1024, 4096)])
 def test_matches_torch_scaled_mm(m, n, k):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or not hasattr(torch, "_scaled_mm"):

@@ -1,0 +1,87 @@
+"""Hopper (sm_90a) FP8 decode-style products: M <= 16 or 32, Bᵀ streamed by TMA, K split over a cluster.
+
+templates/decode_fp8.cu.j2: `decode_kmajor`'s ring, cluster split of K and on-chip sum
+(templates/common/decode_ring.cuh) with fp8 operands and scales, as wgmma_fp8 takes them through
+`cupy_gemm.scaled_mm` (abi "scaled"; `dtype` names the OUTPUT, FORMAT_A / FORMAT_B / SCALING as in
+wgmma_fp8). The warps multiply with mma.sync m16n8k32 (e4m3/e5m2) and add every 128-deep K-block into
+fp32 registers (block scales applied there). A cluster of CS blocks owns BN columns of C; the grid is one
+cluster per BN columns, so `tile` is the BN / CS columns one block stores.
+
+    gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                T* C, const float* scale_a, const float* scale_b, int M, int N, int K, long long ldc,
+                long long sa_row, long long sa_block)
+
+With block scales (SCALING = 2) A's (M × K-blocks) scales are read where they lie: sa_row and sa_block are
+the scale array's strides in floats (else 0).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from .base import Family, Param
+from .wgmma_fp8 import K_BLOCK, _rule_formats
+
+BOX_BYTES = 128  # one swizzle row: a K-block of fp8
+
+
+def smem_bytes(p, dtype: str, acc: str) -> int:
+    stage = (p["ROWS"] + p["BN"]) * K_BLOCK
+    tile = p["ROWS"] * p["BN"] * 4 if p["CS"] > 1 else 0  # the fp32 partial tile the cluster reads
+    # + 16 per stage: full/empty barriers; + 1024: the kernel rounds the start up to the swizzle period
+    return p["STAGES"] * stage + tile + 16 * p["STAGES"] + 1024
+
+
+def _rule_columns(p, dtype, acc):
+    if p["BN"] % (16 * p["WARPS"]):
+        yield ConfigError("BN", p["BN"], f"a multiple of 16 * WARPS = {16 * p['WARPS']} (each warp takes pairs "
+                          "of n8 tiles)")
+    # BN % CS == 0 (each block of the cluster stores BN / CS columns) follows: CS is at most 8
+
+
+def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda: int, ldb: int, ldc: int) -> tuple:
+    """Kernel arguments for A (m×k, row stride lda), Bᵀ (n×k, row stride ldb) and C (m×n, row stride ldc),
+    CuPy arrays meeting the copy engine's 16-byte rules, and float32 scales (A's block scales as the caller's
+    (M, K-blocks) array, any strides; the others contiguous)."""
+    from .. import tma
+    p = variant.params
+    map_a = tma.tensor_map_2d(a.data.ptr, "uint8", rows=m, cols=k, ld=lda, box_rows=p["ROWS"], box_cols=BOX_BYTES)
+    map_b = tma.tensor_map_2d(b_t.data.ptr, "uint8", rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=BOX_BYTES)
+    # block scales of A are read where they lie, (M, K-blocks) by the array's own strides
+    row_step, block_step = (s // 4 for s in scale_a.strides) if p["SCALING"] == 2 else (0, 0)
+    return (map_a, map_b, c, scale_a, scale_b, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
+            np.int64(row_step), np.int64(block_step))
+
+
+DECODE_FP8 = Family(
+    name="decode_fp8",
+    template="decode_fp8.cu.j2",
+    doc="Hopper FP8 with scales, M <= 16 or 32: Bᵀ streamed by TMA, K split over a cluster of CS blocks and summed "
+        "in distributed shared memory; m16n8k32 mma.sync, K-blocks promoted into fp32; dtype = output",
+    params=(
+        Param("ROWS", 16, "the most rows of C the kernel serves: one or two m16 tiles", choices=(16, 32)),
+        Param("BN", 64, "columns of C per cluster", lo=16, hi=256),
+        Param("STAGES", 8, "shared-memory pipeline stages, one 128-deep K-block each", lo=2, hi=16),
+        Param("WARPS", 4, "consumer warps (one more warp produces)", choices=(1, 2, 4, 8)),
+        Param("CS", 2, "blocks per cluster, each summing one slice of K (portable clusters: at most 8)",
+              choices=(1, 2, 4, 8)),
+        Param("FORMAT_A", 0, "A's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
+        Param("FORMAT_B", 0, "B's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
+        Param("SCALING", 0, "scales: 0 = per tensor, 1 = per row of A and column of B, 2 = 1×128 / 128×128 blocks",
+              choices=(0, 1, 2)),
+    ),
+    dtypes={"bfloat16": ("float32",), "float16": ("float32",), "float32": ("float32",)},
+    threads=lambda p: 32 * (p["WARPS"] + 1),
+    tile=lambda p: (p["ROWS"], p["BN"] // p["CS"]),
+    smem_bytes=smem_bytes,
+    rules=(_rule_columns, _rule_formats),
+    abi="scaled",
+    make_args=make_args,
+    min_cc=lambda p, dtype, acc: 90,
+    needs_sm90a=True,
+    max_rows=lambda p: p["ROWS"],
+    cluster=lambda p: p["CS"],
+    pdl=True,
+)
+
+FAMILIES = (DECODE_FP8,)

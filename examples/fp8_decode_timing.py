@@ -1,0 +1,152 @@
+"""FP8 products of few rows (decode, small batches) on Hopper: scaled_mm's default, which takes the
+decode_fp8 kernel up to 16 rows, against the wgmma tile the default would take without it and
+torch._scaled_mm.
+
+    python examples/fp8_decode_timing.py                  # the shapes below, per-tensor and block scales
+    python examples/fp8_decode_timing.py --layouts        # also every decode layout (ROWS, BN, CS), per-tensor
+
+e4m3 operands built in PyTorch and viewed as uint8 for cupy_gemm (the same bytes for both), bf16 out. GPU
+time per call as the corpus benchmark takes it (measure/corpus_timing.py): many calls between two CUDA
+events over operand sets that together exceed twice the L2, a spin kernel holding the stream while the host
+enqueues them (so host cost cannot hide GPU time), the contenders in turn each round, median of `--rounds`.
+Our calls go through `cupy_gemm.scaled_plan` (checked and planned once). Before timing,
+each of our kernels is checked: per-tensor against torch._scaled_mm's product of the same bytes, block
+scales (which torch._scaled_mm takes only through a newer API) against a float64 product.
+"""
+import argparse
+import itertools
+import json
+import math
+import statistics
+
+import cupy
+import torch
+
+import cupy_gemm
+from cupy_gemm import launch, registry, scaled_choice, toolkit, verify
+from cupy_gemm.errors import ConfigError
+from cupy_gemm.measure.corpus_timing import Rotation, time_rounds
+
+ROWS = (1, 8, 16, 32)
+PROJECTIONS = ("4096x4096,6144x4096,14336x4096,4096x14336,8192x8192,1024x8192,10240x8192,28672x8192,8192x28672,"
+               "7168x16384,2048x7168,24576x1536,7168x2048")  # N×K of Llama-3 8B/70B and DeepSeek-V3 layers
+LAYOUTS = [(bn, cs, stages) for bn in (64, 128, 256) for cs in (1, 2, 4, 8) for stages in (4, 8)]
+
+
+def operand_sets(m, n, k, l2_bytes):
+    """(A, Bᵀ) pairs of random e4m3 data, enough that one pass over them overwrites the L2 twice."""
+    count = max(2, -(-2 * l2_bytes // ((m + n) * k)) + 1)
+    sets = []
+    for i in range(count):
+        g = torch.Generator(device="cuda").manual_seed(i)
+        a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+        b_t = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)  # (N, K): b column-major
+        sets.append((a, b_t))
+    return sets
+
+
+def as_uint8(t):
+    return cupy.from_dlpack(t.view(torch.uint8))
+
+
+def layout_variant(m, bn, cs, stages):
+    """The decode kernel with BN columns a cluster of CS blocks and STAGES stages (per-tensor, e4m3, bf16
+    out), or None where the family's rules refuse it."""
+    base = scaled_choice._decode_entry("e4m3", "e4m3", "tensor", "bfloat16", (16 if m <= 16 else 32, 64, 2, 8))
+    params = {**base.params, "BN": bn, "CS": cs, "WARPS": 8 if bn == 256 else 4, "STAGES": stages}
+    try:
+        return registry.make_variant(base.family, f"decode_n{bn}_c{cs}_stages{stages}", "bfloat16", params)
+    except ConfigError:
+        return None
+
+
+def time_shape(m, n, k, args, l2_bytes, sm_count):
+    sets = operand_sets(m, n, k, l2_bytes)
+    sa_t, sb_t = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    sa, sb = cupy.from_dlpack(sa_t.reshape(1)), cupy.from_dlpack(sb_t.reshape(1))
+    kb, nb = -(-k // 128), -(-n // 128)
+    rng = cupy.random.default_rng(0)
+    sa_block = cupy.exp2(rng.random((kb, m), dtype=cupy.float32) - 0.5).T  # [K-block][M] in memory
+    sb_block = cupy.exp2(rng.random((nb, kb), dtype=cupy.float32) - 0.5)
+    out = cupy.empty((m, n), dtype="bfloat16")
+    plans = lambda v, s_a, s_b: [cupy_gemm.scaled_plan(as_uint8(a), as_uint8(b_t).T, s_a, s_b, out=out, variant=v)
+                                 for a, b_t in sets]
+    torch_calls = [lambda a=a, b_t=b_t: torch._scaled_mm(a, b_t.t(), scale_a=sa_t, scale_b=sb_t,
+                                                         out_dtype=torch.bfloat16) for a, b_t in sets]
+    default = {mode: scaled_choice.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, sm_count)
+               for mode in ("tensor", "block")}
+    tile = {mode: scaled_choice.tile_variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, sm_count)
+            for mode in ("tensor", "block")}
+    contenders = {"torch._scaled_mm": torch_calls, "default": plans(default["tensor"], sa, sb),
+                  "wgmma tile": plans(tile["tensor"], sa, sb),
+                  "default, block scales": plans(default["block"], sa_block, sb_block),
+                  "wgmma tile, block scales": plans(tile["block"], sa_block, sb_block)}
+    if args.layouts:
+        for bn, cs, stages in LAYOUTS:
+            v = layout_variant(m, bn, cs, stages)
+            if v is not None and -(-n // bn) * cs <= 4 * sm_count:
+                contenders[v.name] = plans(v, sa, sb)
+    ref = cupy.from_dlpack(torch_calls[0]().contiguous()).astype(cupy.float32)
+    for name, calls in contenders.items():
+        if name == "torch._scaled_mm":
+            continue
+        got = calls[0]().astype(cupy.float32)
+        if "block" in name:
+            a, b_t = sets[0]
+            want, scale = verify.reference(cupy_gemm.dequantize(as_uint8(a), sa_block, "e4m3"),
+                                           cupy_gemm.dequantize(as_uint8(b_t).T, sb_block, "e4m3"))
+            verdict = verify.check(got, want, scale, "bfloat16", "fp8", k)
+            assert verdict.ok, f"{name} at {m}x{n}x{k}: {verdict}"
+        else:
+            diff = float(cupy.linalg.norm(got - ref) / cupy.linalg.norm(ref))
+            assert diff < 1e-2, f"{name} at {m}x{n}x{k} differs from torch._scaled_mm by {diff:.1e}"
+    timed = time_rounds({name: Rotation(calls) for name, calls in contenders.items()}, repeats=args.rounds)
+    us = {name: statistics.median(t["times_ms"]) * 1e3 for name, t in timed.items()}
+    b_bytes = n * k + m * k + 2 * m * n
+    row = {"shape": f"{m}x{n}x{k}", "torch": us["torch._scaled_mm"], "default": us["default"],
+           "tile": us["wgmma tile"], "block": us["default, block scales"], "tile_block": us["wgmma tile, block scales"],
+           "default_name": default["tensor"].name, "gbps": b_bytes / us["default"] / 1e3}
+    layouts = {name: t for name, t in us.items() if name.startswith("decode_")}
+    if layouts:
+        row["layouts"] = layouts
+        best = min(layouts, key=layouts.get)
+        row["best_layout"] = f"{best} {layouts[best]:.1f} ({layouts[best] / us['default']:.2f}× the default's time)"
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="M values, comma-separated")
+    parser.add_argument("--projections", default=PROJECTIONS, help="NxK pairs, comma-separated")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layouts", action="store_true", help="also time every decode layout (per-tensor)")
+    parser.add_argument("--json", help="also write every figure to this file")
+    args = parser.parse_args()
+    device = cupy.cuda.Device()
+    sm_count = launch.sm_count(device)
+    print(f"{torch.cuda.get_device_name()}, {sm_count} SMs, torch {torch.__version__}, CuPy {cupy.__version__}, "
+          f"NVRTC {'.'.join(map(str, toolkit.nvrtc_version()))}")
+    l2 = int(device.attributes.get("L2CacheSize", 50 << 20))
+    print("| M×N×K | torch._scaled_mm µs | default µs (× torch) | GB/s | wgmma tile µs | block scales: default µs "
+          "(× torch per-tensor) | wgmma tile µs | default's kernel |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    rows = []
+    for m, nk in itertools.product((int(x) for x in args.rows.split(",")), args.projections.split(",")):
+        n, k = (int(x) for x in nk.split("x"))
+        r = time_shape(m, n, k, args, l2, sm_count)
+        rows.append(r)
+        print(f"| {r['shape']} | {r['torch']:.1f} | {r['default']:.1f} ({r['torch'] / r['default']:.2f}) | "
+              f"{r['gbps']:.0f} | {r['tile']:.1f} | {r['block']:.1f} ({r['torch'] / r['block']:.2f}) | "
+              f"{r['tile_block']:.1f} | {r['default_name']} |", flush=True)
+        if "best_layout" in r:
+            print(f"|   fastest layout: {r['best_layout']} | | | | | | | |", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "sm_count": sm_count, "rows": rows}, f, indent=1)
+    geo = lambda key, over: math.exp(sum(math.log(r[over] / r[key]) for r in rows) / len(rows))
+    print(f"\ngeomean over {len(rows)} shapes: default × torch._scaled_mm {geo('default', 'torch'):.3f} (min "
+          f"{min(r['torch'] / r['default'] for r in rows):.2f}); default over the wgmma tile {geo('default', 'tile'):.3f}; "
+          f"block scales × torch per-tensor {geo('block', 'torch'):.3f}, over the wgmma tile {geo('block', 'tile_block'):.3f}")
+
+
+if __name__ == "__main__":
+    main()

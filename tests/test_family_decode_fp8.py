@@ -1,0 +1,131 @@
+"""The FP8 decode family on the CPU: rules and their static_asserts, shared memory, the rendered mma, the
+default's layout at up to 16 rows, and GPU-free sm_90a compiles of variants the default derives (the
+catalogue's own are in test_compile)."""
+import pytest
+
+from cupy_gemm import scaled, scaled_choice
+from cupy_gemm.compile import compile_variant
+from cupy_gemm.errors import ConfigError, InputError
+from cupy_gemm.launch import launch_config
+from cupy_gemm.registry import catalogue, family, make_variant
+from cupy_gemm.render import render
+from family_rules import check_rule, check_template_refuses, template_text
+
+DECODE = family("decode_fp8")
+NAMES = [n for n, v in catalogue().items() if v.family is DECODE]
+FIRST = catalogue()[NAMES[0]]
+BASE = dict(FIRST.params)
+TEMPLATE = template_text("decode_fp8.cu.j2")
+
+
+def test_family_declares_hopper_clusters_and_scaled_abi():
+    assert DECODE.needs_sm90a and DECODE.abi == "scaled" and DECODE.pdl and DECODE.make_args is not None
+    assert set(DECODE.dtypes) == {"bfloat16", "float16", "float32"}  # the output dtype
+    assert DECODE.threads(BASE) == 32 * (BASE["WARPS"] + 1) and DECODE.cluster(BASE) == BASE["CS"]
+    assert DECODE.max_rows(BASE) == BASE["ROWS"] and DECODE.tile(BASE) == (BASE["ROWS"], BASE["BN"] // BASE["CS"])
+
+
+def test_catalogue_covers_every_scaling_and_both_row_counts():
+    params = [catalogue()[n].params for n in NAMES]
+    assert {p["SCALING"] for p in params} == {0, 1, 2} and {p["ROWS"] for p in params} == {16, 32}
+
+
+@pytest.mark.parametrize("params,param,words", [
+    ({"BN": 96, "WARPS": 4}, "BN", "a multiple of 16 * WARPS"),
+    ({"FORMAT_A": 1, "FORMAT_B": 1}, "FORMAT_B", "at most one e5m2 operand"),
+])
+def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, words):
+    check_rule(DECODE, "bfloat16", {**BASE, **params}, param, words, TEMPLATE)
+
+
+@pytest.mark.parametrize("params,words", [
+    ({"BN": 96, "WARPS": 4}, "BN must be a multiple of 16 * WARPS"),
+    ({"FORMAT_A": 1, "FORMAT_B": 1}, "at most one e5m2 operand"),
+    ({"ROWS": 32, "BN": 256, "WARPS": 8, "STAGES": 7}, "at most 232448 bytes of shared memory"),
+])
+def test_template_refuses_what_the_rules_refuse(params, words):
+    check_template_refuses(DECODE, "bfloat16", "float32", {**BASE, **params}, words, arch="sm_90a")
+
+
+@pytest.mark.parametrize("params,param", [({"ROWS": 64}, "ROWS"), ({"BN": 512}, "BN"), ({"CS": 16}, "CS"),
+                                          ({"SCALING": 3}, "SCALING"), ({"ROWS": 32, "BN": 256, "WARPS": 8,
+                                                                         "STAGES": 7}, "smem")])
+def test_parameter_limits(params, param):
+    with pytest.raises(ConfigError) as e:
+        make_variant(DECODE, "bad", "bfloat16", {**BASE, **params})
+    assert e.value.param == param
+
+
+def test_smem_is_the_ring_the_cluster_tile_and_alignment():
+    p = {**BASE, "ROWS": 16, "BN": 128, "STAGES": 8, "CS": 2}
+    assert DECODE.smem_bytes(p, "bfloat16", "float32") == 8 * (16 + 128) * 128 + 16 * 128 * 4 + 16 * 8 + 1024
+    assert DECODE.smem_bytes({**p, "CS": 1}, "bfloat16", "float32") == 8 * (16 + 128) * 128 + 16 * 8 + 1024
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_renders_the_fp8_mma(name):
+    v = catalogue()[name]
+    fa, fb = ("e4m3", "e5m2")[v.params["FORMAT_A"]], ("e4m3", "e5m2")[v.params["FORMAT_B"]]
+    src = render(v)
+    assert f"mma.sync.aligned.m16n8k32.row.col.f32.{fa}.{fb}.f32" in src
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src and ".trans" not in src.split("gemm_kernel(")[1]
+    assert "{{" not in src and "{%" not in src
+
+
+@pytest.mark.parametrize("m,n,k,layout", [
+    (1, 4096, 4096, (16, 64, 2, 8)),     # 64 column blocks: pairs fill 128 of 132 SMs, one block each
+    (16, 1024, 8192, (16, 64, 8, 8)),
+    (1, 2048, 7168, (16, 64, 4, 8)),
+    (1, 7168, 16384, (16, 64, 1, 8)),    # 112 column blocks: no split
+    (8, 28672, 8192, (16, 64, 1, 4)),    # more column blocks than SMs: several share an SM, 4 stages each
+    (1, 512, 256, (16, 64, 2, 8)),       # two K-blocks: no more blocks a cluster than K-blocks
+    (3, 100, 100, (16, 64, 1, 8)),
+])
+def test_decode_layout_fills_the_sms(m, n, k, layout):
+    for mode in scaled.SCALING_IDS:
+        assert scaled_choice.decode_layout(mode, m, n, k, 132) == layout
+
+
+def test_block_scales_over_deep_k_keep_the_wgmma_tiles():
+    assert scaled_choice.decode_layout("block", 1, 8192, 28672, 132) is not None  # one row: still the decode
+    assert scaled_choice.decode_layout("block", 8, 8192, 8192, 132) is not None   # 64 K-blocks
+    assert scaled_choice.decode_layout("block", 8, 8192, 8192 + 128, 132) is None
+    assert scaled_choice.decode_layout("tensor", 8, 8192, 28672, 132) is not None
+    assert scaled.variant_for("e4m3", "e4m3", "block", "bfloat16", 16, 8192, 28672, 132).family.name == "wgmma_fp8"
+
+
+def test_default_takes_the_decode_kernel_up_to_16_rows():
+    for m in (1, 16):
+        v = scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", m, 7168, 16384, 132)
+        assert v.family is DECODE and v.params["ROWS"] == 16, v.name
+        assert launch_config(v, m, 7168, 16384, 132).grid[0] == 112
+    assert scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", 17, 7168, 16384, 132).family.name == "wgmma_fp8"
+    v = scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", 1, 4096, 4096, 132)
+    assert v.name == "fp8gemv_decode_n64_c2_stages8_e4m3_tensor_bf16"  # the catalogue's entry
+    text = scaled_choice.explain("e4m3", "e4m3", "tensor", "bfloat16", 1, 4096, 4096, ("NVIDIA H200", 90))
+    assert v.name in text and "decode kernel" in text and "128 blocks for 132 SMs" in text
+
+
+@pytest.mark.parametrize("fa,fb", [("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2")])
+@pytest.mark.parametrize("mode", list(scaled.SCALING_IDS))
+@pytest.mark.parametrize("out_dtype", scaled.OUT_DTYPES)
+def test_every_call_gets_a_decode_variant(fa, fb, mode, out_dtype):
+    v = scaled.variant_for(fa, fb, mode, out_dtype, 7, 3000, 1040, 132)
+    assert v.family is DECODE and v.dtype == out_dtype and v.params["ROWS"] == 16
+    assert (v.params["FORMAT_A"], v.params["FORMAT_B"]) == (fa == "e5m2", fb == "e5m2")
+    assert v.params["SCALING"] == scaled.SCALING_IDS[mode]
+    assert scaled.check_variant(v.name if v.name in catalogue() else v, fa, fb, [mode], out_dtype)[0] is v
+
+
+def test_a_named_decode_variant_refuses_more_rows_before_launch():
+    v = catalogue()["fp8gemv_decode_n64_c2_stages8_e4m3_tensor_bf16"]
+    with pytest.raises(InputError, match="at most 16 rows"):
+        launch_config(v, 17, 4096, 4096, 132)
+
+
+@pytest.mark.parametrize("fa,fb,mode,out_dtype,m", [("e5m2", "e4m3", "block", "float16", 16),
+                                                    ("e4m3", "e5m2", "rowcol", "float32", 3)])
+def test_a_derived_variant_compiles_without_spills(fa, fb, mode, out_dtype, m):
+    v = scaled.variant_for(fa, fb, mode, out_dtype, m, 1000, 4096, 132)
+    assert f".{fa}.{fb}.f32" in render(v)
+    assert "0 bytes spill stores" in compile_variant(v, "sm_90a").log
