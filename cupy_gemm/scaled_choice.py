@@ -45,22 +45,18 @@ SPLIT_MARGIN = 0.9
 # (the deeper ring, DECODE_STAGES[0]); where the columns alone need more blocks than SMs, several share
 # an SM on the shallower ring. Timed on an H200 (2026-11-28, examples/fp8_decode_timing.py --layouts, 16
 # shapes of 1 and 16 rows, N 1024 to 28672, K 1536 to 16384, BN 64 to 256, CS 1 to 8, 4 or 8 stages): the
-# rule's layout ran within 1.09× of the fastest at every shape, 1.02× geomean. At 17 to 32 rows the
-# 64-row wgmma tiles ran as fast (the decode kernel's two m16 tiles are its ROWS = 32 entries, by name).
-# Block scales add two scale loads a K-block, which the kernel did not hide over deep K at 8 and 16 rows
-# (16×8192×28672: 97.7 µs against 68.1 on the 64-row wgmma tile; at one row 72.1 against 72.8): past one
-# row and DECODE_BLOCK_K_BLOCKS K-blocks block scales keep the wgmma tiles.
+# rule's layout ran within 1.09× of the fastest at every shape, 1.02× geomean; every scaling takes it. At
+# 17 to 32 rows the 64-row wgmma tiles ran as fast (the kernel's two m16 tiles are its ROWS = 32 entries).
 DECODE_MAX_ROWS = 16
 DECODE_COLUMNS = 64
 DECODE_SPLITS = (8, 4, 2)
 DECODE_STAGES = (8, 4)
-DECODE_BLOCK_K_BLOCKS = 64
 
 
-def decode_layout(mode: str, m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int] | None:
-    """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product with `mode` scales on sm_count
-    SMs, or None where the wgmma tiles serve it (past DECODE_MAX_ROWS rows; block scales over deep K)."""
-    if m > DECODE_MAX_ROWS or (mode == "block" and m > 1 and -(-k // K_BLOCK) > DECODE_BLOCK_K_BLOCKS):
+def decode_layout(m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int] | None:
+    """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product on sm_count SMs, or None past
+    DECODE_MAX_ROWS rows (the wgmma tiles serve those)."""
+    if m > DECODE_MAX_ROWS:
         return None
     clusters, k_blocks = -(-n // DECODE_COLUMNS), -(-k // K_BLOCK)
     cs = next((c for c in DECODE_SPLITS if clusters * c <= sm_count and c <= k_blocks), 1)
@@ -117,7 +113,7 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int 
     entry with it (validated like any variant)."""
     if not (m and n and k and sm_count):
         return _first(format_a, format_b, mode, out_dtype)
-    layout = decode_layout(mode, m, n, k, sm_count)
+    layout = decode_layout(m, n, k, sm_count)
     if layout is not None:
         return _decode_entry(format_a, format_b, mode, out_dtype, layout)
     return tile_variant_for(format_a, format_b, mode, out_dtype, m, n, k, sm_count)
@@ -205,7 +201,7 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     why = (f"the tile expected to finish first, rounds of tiles × (K-blocks × ns per K-block + ns per tile), costs "
            f"fitted on an H100 (scaled_choice.TILE_COSTS; ÷s: K split over s units, SPLIT_COST, taken where "
            f"{1 - SPLIT_MARGIN:.0%} sooner than unsplit): {ranked}")
-    layout = decode_layout(mode, m, n, k, sm_count)
+    layout = decode_layout(m, n, k, sm_count)
     if layout is not None:
         rows, bn, cs, stages = layout
         why = (f"at most {DECODE_MAX_ROWS} rows: the decode kernel streams B once, {bn} columns a cluster, K split "

@@ -17,7 +17,9 @@ import argparse
 import itertools
 import json
 import math
+import os
 import statistics
+import sys
 
 import cupy
 import torch
@@ -27,26 +29,13 @@ from cupy_gemm import launch, registry, scaled_choice, toolkit, verify
 from cupy_gemm.errors import ConfigError
 from cupy_gemm.measure.corpus_timing import Rotation, time_rounds
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the operand sets of its sibling script
+from fp8_timing import as_uint8, operand_sets  # noqa: E402
+
 ROWS = (1, 8, 16, 32)
 PROJECTIONS = ("4096x4096,6144x4096,14336x4096,4096x14336,8192x8192,1024x8192,10240x8192,28672x8192,8192x28672,"
                "7168x16384,2048x7168,24576x1536,7168x2048")  # N×K of Llama-3 8B/70B and DeepSeek-V3 layers
 LAYOUTS = [(bn, cs, stages) for bn in (64, 128, 256) for cs in (1, 2, 4, 8) for stages in (4, 8)]
-
-
-def operand_sets(m, n, k, l2_bytes):
-    """(A, Bᵀ) pairs of random e4m3 data, enough that one pass over them overwrites the L2 twice."""
-    count = max(2, -(-2 * l2_bytes // ((m + n) * k)) + 1)
-    sets = []
-    for i in range(count):
-        g = torch.Generator(device="cuda").manual_seed(i)
-        a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
-        b_t = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn)  # (N, K): b column-major
-        sets.append((a, b_t))
-    return sets
-
-
-def as_uint8(t):
-    return cupy.from_dlpack(t.view(torch.uint8))
 
 
 def layout_variant(m, bn, cs, stages):

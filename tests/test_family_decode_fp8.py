@@ -82,16 +82,7 @@ def test_renders_the_fp8_mma(name):
     (3, 100, 100, (16, 64, 1, 8)),
 ])
 def test_decode_layout_fills_the_sms(m, n, k, layout):
-    for mode in scaled.SCALING_IDS:
-        assert scaled_choice.decode_layout(mode, m, n, k, 132) == layout
-
-
-def test_block_scales_over_deep_k_keep_the_wgmma_tiles():
-    assert scaled_choice.decode_layout("block", 1, 8192, 28672, 132) is not None  # one row: still the decode
-    assert scaled_choice.decode_layout("block", 8, 8192, 8192, 132) is not None   # 64 K-blocks
-    assert scaled_choice.decode_layout("block", 8, 8192, 8192 + 128, 132) is None
-    assert scaled_choice.decode_layout("tensor", 8, 8192, 28672, 132) is not None
-    assert scaled.variant_for("e4m3", "e4m3", "block", "bfloat16", 16, 8192, 28672, 132).family.name == "wgmma_fp8"
+    assert scaled_choice.decode_layout(m, n, k, 132) == layout
 
 
 def test_default_takes_the_decode_kernel_up_to_16_rows():

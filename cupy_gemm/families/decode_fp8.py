@@ -4,15 +4,16 @@ templates/decode_fp8.cu.j2: `decode_kmajor`'s ring, cluster split of K and on-ch
 (templates/common/decode_ring.cuh) with fp8 operands and scales, as wgmma_fp8 takes them through
 `cupy_gemm.scaled_mm` (abi "scaled"; `dtype` names the OUTPUT, FORMAT_A / FORMAT_B / SCALING as in
 wgmma_fp8). The warps multiply with mma.sync m16n8k32 (e4m3/e5m2) and add every 128-deep K-block into
-fp32 registers (block scales applied there). A cluster of CS blocks owns BN columns of C; the grid is one
-cluster per BN columns, so `tile` is the BN / CS columns one block stores.
+fp32 registers (block scales applied there: the producer warp copies each K-block's into its stage). A
+cluster of CS blocks owns BN columns of C; the grid is one cluster per BN columns, so `tile` is the BN / CS
+columns one block stores.
 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 T* C, const float* scale_a, const float* scale_b, int M, int N, int K, long long ldc,
                 long long sa_row, long long sa_block)
 
 With block scales (SCALING = 2) A's (M × K-blocks) scales are read where they lie: sa_row and sa_block are
-the scale array's strides in floats (else 0).
+the scale array's strides in floats (else 0); B's are [ceil(N / 128)][K-blocks], contiguous.
 """
 from __future__ import annotations
 
@@ -28,8 +29,12 @@ BOX_BYTES = 128  # one swizzle row: a K-block of fp8
 def smem_bytes(p, dtype: str, acc: str) -> int:
     stage = (p["ROWS"] + p["BN"]) * K_BLOCK
     tile = p["ROWS"] * p["BN"] * 4 if p["CS"] > 1 else 0  # the fp32 partial tile the cluster reads
+    # block scales: a slot a stage for its K-block's scales of A's rows and of B's column blocks the BN
+    # columns can touch, in 16-byte units
+    scales = p["ROWS"] + -(-p["BN"] // 128) + 1 if p["SCALING"] == 2 else 0
+    slot = -(-scales * 4 // 16) * 16
     # + 16 per stage: full/empty barriers; + 1024: the kernel rounds the start up to the swizzle period
-    return p["STAGES"] * stage + tile + 16 * p["STAGES"] + 1024
+    return p["STAGES"] * (stage + 16 + slot) + tile + 1024
 
 
 def _rule_columns(p, dtype, acc):

@@ -23,14 +23,15 @@ __device__ __forceinline__ unsigned b_element(int k, int n) {
 __device__ __forceinline__ unsigned full_bar(unsigned bars, int s) { return bars + 8u * s; }
 __device__ __forceinline__ unsigned empty_bar(unsigned bars, int s) { return bars + 8u * (STAGES + s); }
 
-// Thread 0 sets up the ring (full[s]: one arrival + the stage's bytes; empty[s]: one arrival per consumer
-// warp) and prefetches the maps; then every thread waits for that and for the kernel before this one on
-// the stream. No pdl_allow_next(): measured no faster here, slower at the smallest shapes (NOTES-hopper.md).
+// Thread 0 sets up the ring (full[s]: full_arrivals arrivals, the producer's with the stage's bytes and one
+// per lane that copies more into the stage; empty[s]: one arrival per consumer warp) and prefetches the
+// maps; then every thread waits for that and for the kernel before this one on the stream. No
+// pdl_allow_next(): measured no faster here, slower at the smallest shapes (NOTES-hopper.md).
 __device__ __forceinline__ void ring_init(unsigned bars, int consumer_warps, const TensorMap* map_a,
-                                          const TensorMap* map_b) {
+                                          const TensorMap* map_b, int full_arrivals = 1) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full_bar(bars, s), 1);
+            mbar_init(full_bar(bars, s), full_arrivals);
             mbar_init(empty_bar(bars, s), consumer_warps);
         }
         mbar_fence_init();
@@ -41,25 +42,37 @@ __device__ __forceinline__ void ring_init(unsigned bars, int consumer_warps, con
     pdl_wait();
 }
 
-// The producer thread's walk: stage i of the ring takes K-block kb_begin + i of A's rows and of B's BN
-// columns from col0, once every consumer has released the stage's previous contents.
+// The producer's walk: stage i of the ring takes K-block kb_begin + i of A's rows and of B's BN columns
+// from col0, once every consumer has released the stage's previous contents. Lane 0 of the calling lanes
+// issues the copies; then every calling lane runs extra(K-block, stage), which may add copies of its own
+// that arrive on the stage's full barrier (ring_init's full_arrivals counts them).
+template <typename Extra>
 __device__ __forceinline__ void produce(int kb_count, int kb_begin, int col0, unsigned stages, unsigned bars,
-                                        const TensorMap* map_a, const TensorMap* map_b) {
+                                        const TensorMap* map_a, const TensorMap* map_b, Extra&& extra) {
     for (int i = 0; i < kb_count; ++i) {
         const int s = i % STAGES, k = (kb_begin + i) * BK;
         mbar_wait(empty_bar(bars, s), ((i / STAGES) & 1) ^ 1);
-        mbar_arrive_expect_tx(full_bar(bars, s), STAGE_BYTES);
-        const unsigned dst = stages + s * STAGE_BYTES;
+        if (threadIdx.x % 32 == 0) {
+            mbar_arrive_expect_tx(full_bar(bars, s), STAGE_BYTES);
+            const unsigned dst = stages + s * STAGE_BYTES;
 #pragma unroll
-        for (int b = 0; b < BK / BOX; ++b) tma_load_2d(dst + b * A_BOX_BYTES, map_a, full_bar(bars, s), k + b * BOX, 0);
+            for (int b = 0; b < BK / BOX; ++b)
+                tma_load_2d(dst + b * A_BOX_BYTES, map_a, full_bar(bars, s), k + b * BOX, 0);
 #pragma unroll
-        for (int b = 0; b < B_STAGE_BYTES / B_BOX_BYTES; ++b) {
-            if constexpr (B_KMAJOR)  // the map is over Bᵀ: N rows of K contiguous elements
-                tma_load_2d(dst + A_STAGE_BYTES + b * B_BOX_BYTES, map_b, full_bar(bars, s), k + b * BOX, col0);
-            else
-                tma_load_2d(dst + A_STAGE_BYTES + b * B_BOX_BYTES, map_b, full_bar(bars, s), col0 + b * BOX, k);
+            for (int b = 0; b < B_STAGE_BYTES / B_BOX_BYTES; ++b) {
+                if constexpr (B_KMAJOR)  // the map is over Bᵀ: N rows of K contiguous elements
+                    tma_load_2d(dst + A_STAGE_BYTES + b * B_BOX_BYTES, map_b, full_bar(bars, s), k + b * BOX, col0);
+                else
+                    tma_load_2d(dst + A_STAGE_BYTES + b * B_BOX_BYTES, map_b, full_bar(bars, s), col0 + b * BOX, k);
+            }
         }
+        extra(kb_begin + i, s);
     }
+}
+
+__device__ __forceinline__ void produce(int kb_count, int kb_begin, int col0, unsigned stages, unsigned bars,
+                                        const TensorMap* map_a, const TensorMap* map_b) {
+    produce(kb_count, kb_begin, col0, stages, bars, map_a, map_b, [](int, int) {});
 }
 
 // A consumer warp's walk through the ring: multiply(stage address) on each of its kb_count stages once

@@ -438,7 +438,7 @@ def test_decode_layouts(rows, bn, cs):
 def test_decode_is_the_default_up_to_16_rows(m, fa, fb, out_dtype, mode):
     _skip_without_bf16(out_dtype)
     v = scaled.variant_for(fa, fb, mode, out_dtype, m, 2056, 4112, launch.sm_count(cupy.cuda.Device()))
-    assert (v.family.name == "decode_fp8") == (m <= 16), v.name  # 33 K-blocks: block scales too
+    assert (v.family.name == "decode_fp8") == (m <= 16), v.name
     run_case(m, 2056, 4112, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=m)
 
 
