@@ -57,10 +57,20 @@ def device_ids(devices: str | Iterable[int] | None = None) -> list[int]:
     return ids
 
 
+_properties: dict[int, dict] = {}
+
+
+def properties(device_id: int) -> dict:
+    """The CUDA runtime's properties of a device (its name, SM count, memory clock, ...), queried once."""
+    if device_id not in _properties:
+        import cupy
+        _properties[device_id] = cupy.cuda.runtime.getDeviceProperties(device_id)
+    return _properties[device_id]
+
+
 def device_name(device_id: int) -> str:
     """The GPU's model name, e.g. 'NVIDIA H100 80GB HBM3'."""
-    import cupy
-    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    name = properties(device_id)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
@@ -72,19 +82,15 @@ def compute_capability(device_id: int) -> int:
 # what a large device-to-device copy sustains of the memory's peak (2 transfers a clock over the bus): H100
 # SXM 2994 GB/s of 3352, H200 4219 of 4800
 SUSTAINED_SHARE = 0.9
-_bandwidths: dict[int, float | None] = {}
 
 
 def memory_bytes_per_ns(device_id: int) -> float | None:
     """The device memory's sustained bandwidth in bytes per ns (GB/s), SUSTAINED_SHARE of the peak its clock
-    and bus width give; None where the runtime reports neither. Queried once per device."""
-    if device_id not in _bandwidths:
-        import cupy
-        props = cupy.cuda.runtime.getDeviceProperties(device_id)
-        clock_khz, bus_bits = props.get("memoryClockRate", 0), props.get("memoryBusWidth", 0)
-        peak = 2 * clock_khz * bus_bits / 8 / 1e6  # kHz × bits: bytes per ns
-        _bandwidths[device_id] = SUSTAINED_SHARE * peak if peak else None
-    return _bandwidths[device_id]
+    and bus width give; None where the runtime reports neither."""
+    props = properties(device_id)
+    clock_khz, bus_bits = props.get("memoryClockRate", 0), props.get("memoryBusWidth", 0)
+    peak = 2 * clock_khz * bus_bits / 8 / 1e6  # kHz × bits: bytes per ns
+    return SUSTAINED_SHARE * peak if peak else None
 
 
 def driver_version() -> str:

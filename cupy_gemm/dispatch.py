@@ -290,11 +290,9 @@ _gpus: dict[int, Gpu] = {}
 def gpu_of(device_id: int) -> Gpu:
     """The Gpu of a CUDA device id (queried once per process)."""
     if device_id not in _gpus:
-        import cupy
-        props = cupy.cuda.runtime.getDeviceProperties(device_id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        _gpus[device_id] = Gpu(name, 10 * props["major"] + props["minor"], props["multiProcessorCount"],
-                               devices.memory_bytes_per_ns(device_id))
+        props = devices.properties(device_id)
+        _gpus[device_id] = Gpu(devices.device_name(device_id), 10 * props["major"] + props["minor"],
+                               props["multiProcessorCount"], devices.memory_bytes_per_ns(device_id))
     return _gpus[device_id]
 
 

@@ -120,3 +120,10 @@ def test_a_derived_variant_compiles_without_spills(fa, fb, mode, out_dtype, m):
     v = scaled.variant_for(fa, fb, mode, out_dtype, m, 1000, 4096, 132)
     assert f".{fa}.{fb}.f32" in render(v)
     assert "0 bytes spill stores" in compile_variant(v, "sm_90a").log
+
+
+@pytest.mark.parametrize("n,k", [(64, 2**31 - 128), (2**31 - 64, 128)])
+def test_coordinates_past_32_bits_are_refused_before_any_map(n, k):
+    v = catalogue()["fp8gemv_decode_n64_c2_stages8_e4m3_tensor_bf16"]
+    with pytest.raises(InputError, match="below 2\\*\\*31"):
+        DECODE.make_args(v, None, None, None, None, None, 1, n, k, k, k, n)

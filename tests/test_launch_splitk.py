@@ -152,7 +152,7 @@ def test_memory_bandwidth_comes_from_the_device(monkeypatch):
     from cupy_gemm import devices
     props = {7: {"memoryClockRate": 2619000, "memoryBusWidth": 5120}, 8: {}}  # an H100 SXM; a runtime without them
     monkeypatch.setattr(cupy.cuda.runtime, "getDeviceProperties", lambda i: props[i])
-    monkeypatch.setattr(devices, "_bandwidths", {})
+    monkeypatch.setattr(devices, "_properties", {})
     assert devices.memory_bytes_per_ns(7) == pytest.approx(0.9 * 3352.32)
     assert devices.memory_bytes_per_ns(8) is None
 

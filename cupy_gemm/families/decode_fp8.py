@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from .base import Family, Param
 from .wgmma_fp8 import K_BLOCK, _rule_formats
 
@@ -50,6 +50,9 @@ def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda:
     (M, K-blocks) array, any strides; the others contiguous)."""
     from .. import tma
     p = variant.params
+    if k + K_BLOCK >= 2**31 or n + p["BN"] >= 2**31:  # the copies' coordinates and K-block offsets are 32-bit
+        raise InputError(f"{variant.name} addresses K and N below 2**31 - {K_BLOCK} and 2**31 - {p['BN']}; got "
+                         f"K={k}, N={n}")
     map_a = tma.tensor_map_2d(a.data.ptr, "uint8", rows=m, cols=k, ld=lda, box_rows=p["ROWS"], box_cols=BOX_BYTES)
     map_b = tma.tensor_map_2d(b_t.data.ptr, "uint8", rows=n, cols=k, ld=ldb, box_rows=p["BN"], box_cols=BOX_BYTES)
     # block scales of A are read where they lie, (M, K-blocks) by the array's own strides
