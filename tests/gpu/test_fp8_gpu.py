@@ -400,10 +400,8 @@ DECODE_NAMES = [n for n, v in registry.catalogue().items() if v.family.name == "
 DECODE_SHAPES = [(1, 1, 16), (5, 17, 144), (16, 1000, 1040), (1, 4095, 4112), (13, 127, 33), (3, 300, 128 * 24 + 16)]
 
 
-def _decode(name_or_variant, **params):
-    v = registry.lookup(name_or_variant) if isinstance(name_or_variant, str) else name_or_variant
-    if not params:
-        return v
+def _decode(v, **params):
+    """v with other parameters (a layout), named after them."""
     tag = "_".join(f"{p}{x}" for p, x in params.items())
     return registry.make_variant(v.family, f"{v.name}_{tag}", v.dtype, {**v.params, **params})
 
