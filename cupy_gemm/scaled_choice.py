@@ -40,17 +40,36 @@ SPLIT_COST = (1000, 1500)
 SPLIT_MARGIN = 0.9
 
 
-# At most 16 rows (decode) the product is bound by reading B once: the decode_fp8 kernel streams it with
-# DECODE_COLUMNS columns a cluster, the cluster's CS blocks splitting K, as many as keep one block per SM
-# (the deeper ring, DECODE_STAGES[0]); where the columns alone need more blocks than SMs, several share
-# an SM on the shallower ring. Timed on an H200 (2026-11-28, examples/fp8_decode_timing.py --layouts, 16
-# shapes of 1 and 16 rows, N 1024 to 28672, K 1536 to 16384, BN 64 to 256, CS 1 to 8, 4 or 8 stages): the
-# rule's layout ran within 1.09× of the fastest at every shape, 1.02× geomean; every scaling takes it. At
-# 17 to 32 rows the 64-row wgmma tiles ran as fast (the kernel's two m16 tiles are its ROWS = 32 entries).
+# At most 16 rows (decode) the product is bound by reading B once: the decode_fp8 kernel streams it, BN
+# columns a cluster whose CS blocks split K. 64 columns, as many blocks a cluster (8, 4, 2) as keep one block
+# per SM; where 64-column clusters outnumber the SMs, the narrowest of DECODE_WIDTHS that does not (a warp a
+# 16 columns, 32 past 128), the ring DECODE_STAGES deep where a block's shared memory allows it. Past
+# 256-column clusters, one an SM, 64 columns on DECODE_SHARED_STAGES stages, several blocks an SM.
+# Timed on an H200 (2026-11-28, examples/fp8_decode_timing.py --layouts: 13 shapes of 1 row, N 1024 to
+# 28672, K 1536 to 16384, 48 to 256 columns, clusters of 1 to 8, 2 to 8 stages): within 1.02× of the fastest
+# layout (geomean; 1.13 at most, 1×2048×7168), where 64 columns alone ran 1.15× the fastest at N = 10240 and
+# 1.08× at N = 28672. Clusters of four and eight cost more than the balance they give, and rings under six
+# stages leave the SM waiting on memory.
 DECODE_MAX_ROWS = 16
 DECODE_COLUMNS = 64
+DECODE_WIDTHS = (64, 80, 96, 112, 128, 160, 192, 224, 256)
 DECODE_SPLITS = (8, 4, 2)
-DECODE_STAGES = (8, 4)
+DECODE_STAGES = 8
+DECODE_SHARED_STAGES = 4
+SM_SHARED_BYTES = 228 * 1024  # an sm_90 SM's shared memory; each resident block also reserves 1 KB
+
+
+def decode_warps(bn: int) -> int:
+    """Consumer warps of a BN-column decode block: a warp takes 16 columns, 32 past 8 warps."""
+    return bn // 16 if bn <= 128 else bn // 32
+
+
+def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
+    """The deepest ring up to DECODE_STAGES with which blocks_per_sm blocks (block scales: the largest
+    stage) fit in an SM's shared memory together; at least 2."""
+    from .families.decode_fp8 import smem_bytes
+    fits = lambda s: blocks_per_sm * (smem_bytes(dict(ROWS=rows, BN=bn, CS=cs, STAGES=s, SCALING=2), "", "") + 1024)
+    return max((s for s in range(2, DECODE_STAGES + 1) if fits(s) <= SM_SHARED_BYTES), default=2)
 
 
 def decode_layout(m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int] | None:
@@ -58,9 +77,12 @@ def decode_layout(m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int,
     DECODE_MAX_ROWS rows (the wgmma tiles serve those)."""
     if m > DECODE_MAX_ROWS:
         return None
-    clusters, k_blocks = -(-n // DECODE_COLUMNS), -(-k // K_BLOCK)
+    bn = next((w for w in DECODE_WIDTHS if -(-n // w) <= sm_count), None)
+    if bn is None:  # no width gives one block per SM: several share one, on a shallower ring
+        return 16, DECODE_COLUMNS, 1, DECODE_SHARED_STAGES
+    clusters, k_blocks = -(-n // bn), -(-k // K_BLOCK)
     cs = next((c for c in DECODE_SPLITS if clusters * c <= sm_count and c <= k_blocks), 1)
-    return 16, DECODE_COLUMNS, cs, DECODE_STAGES[0] if clusters * cs <= sm_count else DECODE_STAGES[1]
+    return 16, bn, cs, decode_stages(16, bn, cs)
 
 
 @lru_cache(maxsize=None)
@@ -69,7 +91,8 @@ def _decode_entry(format_a: str, format_b: str, mode: str, out_dtype: str, layou
     else the first decode entry made to take them."""
     rows, bn, cs, stages = layout
     want = {"FORMAT_A": fp8.FORMATS.index(format_a), "FORMAT_B": fp8.FORMATS.index(format_b),
-            "SCALING": SCALING_IDS[mode], "ROWS": rows, "BN": bn, "CS": cs, "STAGES": stages}
+            "SCALING": SCALING_IDS[mode], "ROWS": rows, "BN": bn, "CS": cs, "STAGES": stages,
+            "WARPS": decode_warps(bn)}
     entries = [v for v in registry.catalogue().values() if v.family.name == DECODE_FAMILY]
     found = [v for v in entries if v.dtype == out_dtype and all(v.params[p] == x for p, x in want.items())]
     if found:
@@ -77,6 +100,15 @@ def _decode_entry(format_a: str, format_b: str, mode: str, out_dtype: str, layou
     name = (f"fp8gemv_decode_{'r32_' if rows == 32 else ''}n{bn}_c{cs}_stages{stages}_"
             f"{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}")
     return registry.make_variant(entries[0].family, name, out_dtype, {**entries[0].params, **want})
+
+
+OUTPUT_SUFFIXES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}  # the catalogue's name endings
+
+
+def with_output(variant: registry.Variant, out_dtype: str) -> registry.Variant:
+    """An FP8 variant made to write out_dtype: named after it, its output's suffix swapped."""
+    stem = variant.name.removesuffix("_" + OUTPUT_SUFFIXES[variant.dtype])
+    return registry.make_variant(variant.family, f"{stem}_{OUTPUT_SUFFIXES[out_dtype]}", out_dtype, variant.params)
 
 
 def _costed_as(mode: str) -> str:

@@ -3,7 +3,7 @@ decode_fp8 kernel up to 16 rows, against the wgmma tile the default would take w
 torch._scaled_mm.
 
     python examples/fp8_decode_timing.py                  # the shapes below, per-tensor and block scales
-    python examples/fp8_decode_timing.py --layouts        # also every decode layout (ROWS, BN, CS), per-tensor
+    python examples/fp8_decode_timing.py --layouts        # also every plausible decode layout, per-tensor
 
 e4m3 operands built in PyTorch and viewed as uint8 for cupy_gemm (the same bytes for both), bf16 out. GPU
 time per call as the corpus benchmark takes it (measure/corpus_timing.py): many calls between two CUDA
@@ -15,6 +15,7 @@ scales (which torch._scaled_mm takes only through a newer API) against a float64
 """
 import argparse
 import itertools
+from concurrent.futures import ProcessPoolExecutor
 import json
 import math
 import os
@@ -26,7 +27,7 @@ import torch
 
 import cupy_gemm
 from cupy_gemm import launch, registry, scaled_choice, toolkit, verify
-from cupy_gemm.errors import ConfigError
+from cupy_gemm.compile import compile_variant
 from cupy_gemm.measure.corpus_timing import Rotation, time_rounds
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the operand sets of its sibling script
@@ -35,18 +36,32 @@ from fp8_timing import as_uint8, operand_sets  # noqa: E402
 ROWS = (1, 8, 16, 32)
 PROJECTIONS = ("4096x4096,6144x4096,14336x4096,4096x14336,8192x8192,1024x8192,10240x8192,28672x8192,8192x28672,"
                "7168x16384,2048x7168,24576x1536,7168x2048")  # N×K of Llama-3 8B/70B and DeepSeek-V3 layers
-LAYOUTS = [(bn, cs, stages) for bn in (64, 128, 256) for cs in (1, 2, 4, 8) for stages in (4, 8)]
+LAYOUT_WIDTHS = (48,) + scaled_choice.DECODE_WIDTHS
 
 
-def layout_variant(m, bn, cs, stages):
-    """The decode kernel with BN columns a cluster of CS blocks and STAGES stages (per-tensor, e4m3, bf16
-    out), or None where the family's rules refuse it."""
-    base = scaled_choice._decode_entry("e4m3", "e4m3", "tensor", "bfloat16", (16 if m <= 16 else 32, 64, 2, 8))
-    params = {**base.params, "BN": bn, "CS": cs, "WARPS": 8 if bn == 256 else 4, "STAGES": stages}
-    try:
-        return registry.make_variant(base.family, f"decode_n{bn}_c{cs}_stages{stages}", "bfloat16", params)
-    except ConfigError:
-        return None
+def layout_variants(m, n, k, sm_count):
+    """--layouts: the decode kernel (per-tensor, e4m3, bf16 out) at every width and cluster size whose blocks
+    fill at most two rounds of the SMs, each on the deepest ring with which an SM holds its share."""
+    rows, k_blocks = (16 if m <= 16 else 32), -(-k // 128)
+    found = []
+    for bn, cs in itertools.product(LAYOUT_WIDTHS, (1, 2, 4, 8)):
+        blocks = -(-n // bn) * cs
+        if cs <= k_blocks and bn % cs == 0 and blocks <= 2 * sm_count:
+            stages = scaled_choice.decode_stages(rows, bn, cs, -(-blocks // sm_count))
+            found.append(scaled_choice._decode_entry("e4m3", "e4m3", "tensor", "bfloat16", (rows, bn, cs, stages)))
+    return found
+
+
+def _compile(family, name, dtype, params):
+    compile_variant(registry.make_variant(registry.family(family), name, dtype, params), "sm_90a")  # to the disk cache
+
+
+def precompile(variants, jobs=16):
+    """Compile the variants in a process pool first (NVRTC takes seconds a kernel; a variant's family does
+    not pickle, so each worker rebuilds it from its name and parameters)."""
+    unique = {v.name: v for v in variants}.values()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(_compile, *zip(*[(v.family.name, v.name, v.dtype, v.params) for v in unique])))
 
 
 def time_shape(m, n, k, args, l2_bytes, sm_count):
@@ -70,11 +85,8 @@ def time_shape(m, n, k, args, l2_bytes, sm_count):
                   "wgmma tile": plans(tile["tensor"], sa, sb),
                   "default, block scales": plans(default["block"], sa_block, sb_block),
                   "wgmma tile, block scales": plans(tile["block"], sa_block, sb_block)}
-    if args.layouts:
-        for bn, cs, stages in LAYOUTS:
-            v = layout_variant(m, bn, cs, stages)
-            if v is not None and -(-n // bn) * cs <= 4 * sm_count:
-                contenders[v.name] = plans(v, sa, sb)
+    layouts = layout_variants(m, n, k, sm_count) if args.layouts else []
+    contenders.update({v.name: plans(v, sa, sb) for v in layouts})
     ref = cupy.from_dlpack(torch_calls[0]().contiguous()).astype(cupy.float32)
     for name, calls in contenders.items():
         if name == "torch._scaled_mm":
@@ -95,7 +107,7 @@ def time_shape(m, n, k, args, l2_bytes, sm_count):
     row = {"shape": f"{m}x{n}x{k}", "torch": us["torch._scaled_mm"], "default": us["default"],
            "tile": us["wgmma tile"], "block": us["default, block scales"], "tile_block": us["wgmma tile, block scales"],
            "default_name": default["tensor"].name, "gbps": b_bytes / us["default"] / 1e3}
-    layouts = {name: t for name, t in us.items() if name.startswith("decode_")}
+    layouts = {v.name: us[v.name] for v in layouts}
     if layouts:
         row["layouts"] = layouts
         best = min(layouts, key=layouts.get)
@@ -108,7 +120,7 @@ def main():
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="M values, comma-separated")
     parser.add_argument("--projections", default=PROJECTIONS, help="NxK pairs, comma-separated")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--layouts", action="store_true", help="also time every decode layout (per-tensor)")
+    parser.add_argument("--layouts", action="store_true", help="also time the decode kernel at every width and cluster size that fills at most two rounds of the SMs (per-tensor)")
     parser.add_argument("--json", help="also write every figure to this file")
     args = parser.parse_args()
     device = cupy.cuda.Device()
@@ -118,9 +130,12 @@ def main():
     l2 = int(device.attributes.get("L2CacheSize", 50 << 20))
     print("| M×N×K | torch._scaled_mm µs | default µs (× torch) | GB/s | wgmma tile µs | block scales: default µs "
           "(× torch per-tensor) | wgmma tile µs | default's kernel |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    shapes = [(m, *(int(x) for x in nk.split("x")))
+              for m, nk in itertools.product((int(x) for x in args.rows.split(",")), args.projections.split(","))]
+    if args.layouts:
+        precompile(v for m, n, k in shapes for v in layout_variants(m, n, k, sm_count))
     rows = []
-    for m, nk in itertools.product((int(x) for x in args.rows.split(",")), args.projections.split(",")):
-        n, k = (int(x) for x in nk.split("x"))
+    for m, n, k in shapes:
         r = time_shape(m, n, k, args, l2, sm_count)
         rows.append(r)
         print(f"| {r['shape']} | {r['torch']:.1f} | {r['default']:.1f} ({r['torch'] / r['default']:.2f}) | "

@@ -24,7 +24,7 @@ import torch
 
 import cupy_gemm
 from cupy_gemm.measure import timing
-from cupy_gemm import launch, registry, scaled, toolkit, verify
+from cupy_gemm import launch, registry, scaled, scaled_choice, toolkit, verify
 from cupy_gemm.compile import options_for
 from cupy_gemm.render import render
 
@@ -142,19 +142,14 @@ def accuracy_vs_k():
         qa, qb = as_uint8(a), as_uint8(b_t).T
         ref, _ = verify.reference(cupy_gemm.dequantize(qa, s), cupy_gemm.dequantize(qb, s))
         errors = []
-        for variant in (scaled.variant_for("e4m3", "e4m3", "tensor", "float32"), _f32(PROMOTE256_NAME),
-                        _f32(FASTACC_NAME)):
+        for variant in (scaled.variant_for("e4m3", "e4m3", "tensor", "float32"),
+                        *(scaled_choice.with_output(registry.lookup(n), "float32") for n in (PROMOTE256_NAME, FASTACC_NAME))):
             out = cupy_gemm.scaled_mm(qa, qb, s, s, out_dtype="float32", variant=variant)
             errors.append(float(cupy.linalg.norm(out - ref) / cupy.linalg.norm(ref)))
         for fast in (False, True):
             t = torch._scaled_mm(a, b_t.t(), scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=fast)
             errors.append(float(cupy.linalg.norm(cupy.from_dlpack(t) - ref) / cupy.linalg.norm(ref)))
         print(f"| {k} | " + " | ".join(f"{e:.2e}" for e in errors) + " |")
-
-
-def _f32(name):
-    base = registry.lookup(name)
-    return registry.make_variant(base.family, name.replace("_bf16", "_f32"), "float32", base.params)
 
 
 def sass_report():

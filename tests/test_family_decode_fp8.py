@@ -48,6 +48,7 @@ def test_template_refuses_what_the_rules_refuse(params, words):
 
 
 @pytest.mark.parametrize("params,param", [({"ROWS": 64}, "ROWS"), ({"BN": 512}, "BN"), ({"CS": 16}, "CS"),
+                                          ({"WARPS": 9}, "WARPS"),
                                           ({"SCALING": 3}, "SCALING"), ({"ROWS": 32, "BN": 256, "WARPS": 8,
                                                                          "STAGES": 7}, "smem")])
 def test_parameter_limits(params, param):
@@ -63,11 +64,13 @@ def test_smem_is_the_ring_the_cluster_tile_and_alignment():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_renders_the_fp8_mma(name):
+def test_renders_the_fp8_widened_to_f16(name):
     v = catalogue()[name]
     fa, fb = ("e4m3", "e5m2")[v.params["FORMAT_A"]], ("e4m3", "e5m2")[v.params["FORMAT_B"]]
     src = render(v)
-    assert f"mma.sync.aligned.m16n8k32.row.col.f32.{fa}.{fb}.f32" in src
+    body = src.split("__device__ __forceinline__ void multiply_block(")[1].split("gemm_kernel(")[0]
+    assert f"f16_pairs_{fa}(h[i], x[i])" in body and f"f16_pairs_{fb}(b[0], x[2 * t])" in body
+    assert f"cvt.rn.f16x2.{fa}x2" in src and f"cvt.rn.f16x2.{fb}x2" in src and "mma_m16n8k16_f16(" in body
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src and ".trans" not in src.split("gemm_kernel(")[1]
     assert "{{" not in src and "{%" not in src
 
@@ -77,12 +80,31 @@ def test_renders_the_fp8_mma(name):
     (16, 1024, 8192, (16, 64, 8, 8)),
     (1, 2048, 7168, (16, 64, 4, 8)),
     (1, 7168, 16384, (16, 64, 1, 8)),    # 112 column blocks: no split
-    (8, 28672, 8192, (16, 64, 1, 4)),    # more column blocks than SMs: several share an SM, 4 stages each
+    (8, 10240, 8192, (16, 80, 1, 8)),    # 160 blocks of 64 columns: 128 of 80 instead
+    (1, 14336, 4096, (16, 112, 1, 8)),
+    (1, 24576, 1536, (16, 192, 1, 8)),   # past 128 columns, warps of 32
+    (8, 28672, 8192, (16, 224, 1, 7)),   # 7 stages of 30 KB fit one block
+    (1, 128256, 4096, (16, 64, 1, 4)),   # more 256-column clusters than SMs: several blocks an SM, 4 stages
     (1, 512, 256, (16, 64, 2, 8)),       # two K-blocks: no more blocks a cluster than K-blocks
     (3, 100, 100, (16, 64, 1, 8)),
 ])
 def test_decode_layout_fills_the_sms(m, n, k, layout):
     assert scaled_choice.decode_layout(m, n, k, 132) == layout
+    v = scaled_choice._decode_entry("e4m3", "e4m3", "block", "float32", layout)  # the widest stage fits
+    assert v.params["WARPS"] == scaled_choice.decode_warps(layout[1]) and v.family is DECODE
+
+
+@pytest.mark.parametrize("rows,bn,cs,blocks,stages", [(16, 64, 1, 1, 8), (16, 224, 1, 1, 7), (32, 256, 1, 1, 6),
+                                                      (16, 256, 8, 1, 6), (16, 64, 1, 4, 5), (16, 256, 1, 4, 2)])
+def test_decode_stages_share_the_sm(rows, bn, cs, blocks, stages):
+    """The deepest ring up to 8 with which `blocks` blocks fit an SM's 228 KB together (at least 2)."""
+    assert scaled_choice.decode_stages(rows, bn, cs, blocks) == stages
+
+
+@pytest.mark.parametrize("bn,warps", [(48, 3), (64, 4), (80, 5), (128, 8), (160, 5), (224, 7), (256, 8)])
+def test_decode_warps_take_16_columns_then_32(bn, warps):
+    assert scaled_choice.decode_warps(bn) == warps
+    make_variant(DECODE, "w", "bfloat16", {**BASE, "BN": bn, "WARPS": warps, "CS": 1, "STAGES": 4})
 
 
 def test_default_takes_the_decode_kernel_up_to_16_rows():
@@ -118,7 +140,7 @@ def test_a_named_decode_variant_refuses_more_rows_before_launch():
                                                     ("e4m3", "e5m2", "rowcol", "float32", 3)])
 def test_a_derived_variant_compiles_without_spills(fa, fb, mode, out_dtype, m):
     v = scaled.variant_for(fa, fb, mode, out_dtype, m, 1000, 4096, 132)
-    assert f".{fa}.{fb}.f32" in render(v)
+    assert f"f16_pairs_{fa}(h[i], x[i])" in render(v) and f"f16_pairs_{fb}(b[0], x[2 * t])" in render(v)
     assert "0 bytes spill stores" in compile_variant(v, "sm_90a").log
 
 

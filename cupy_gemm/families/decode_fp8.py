@@ -3,8 +3,8 @@
 templates/decode_fp8.cu.j2: `decode_kmajor`'s ring, cluster split of K and on-chip sum
 (templates/common/decode_ring.cuh) with fp8 operands and scales, as wgmma_fp8 takes them through
 `cupy_gemm.scaled_mm` (abi "scaled"; `dtype` names the OUTPUT, FORMAT_A / FORMAT_B / SCALING as in
-wgmma_fp8). The warps multiply with mma.sync m16n8k32 (e4m3/e5m2) and add every 128-deep K-block into
-fp32 registers (block scales applied there: the producer warp copies each K-block's into its stage). A
+wgmma_fp8). The warps widen the fp8 fragments to f16 (exact) for mma.sync m16n8k16 and add every
+128-deep K-block into fp32 registers (block scales applied there: the producer warp copies each K-block's into its stage). A
 cluster of CS blocks owns BN columns of C; the grid is one cluster per BN columns, so `tile` is the BN / CS
 columns one block stores.
 
@@ -65,12 +65,12 @@ DECODE_FP8 = Family(
     name="decode_fp8",
     template="decode_fp8.cu.j2",
     doc="Hopper FP8 with scales, M <= 16 or 32: Bᵀ streamed by TMA, K split over a cluster of CS blocks and summed "
-        "in distributed shared memory; m16n8k32 mma.sync, K-blocks promoted into fp32; dtype = output",
+        "in distributed shared memory; fp8 widened to f16 for mma.sync, K-blocks promoted into fp32; dtype = output",
     params=(
         Param("ROWS", 16, "the most rows of C the kernel serves: one or two m16 tiles", choices=(16, 32)),
         Param("BN", 64, "columns of C per cluster", lo=16, hi=256),
         Param("STAGES", 8, "shared-memory pipeline stages, one 128-deep K-block each", lo=2, hi=16),
-        Param("WARPS", 4, "consumer warps (one more warp produces)", choices=(1, 2, 4, 8)),
+        Param("WARPS", 4, "consumer warps (one more warp produces): BN / 16 or BN / 32", lo=1, hi=8),
         Param("CS", 2, "blocks per cluster, each summing one slice of K (portable clusters: at most 8)",
               choices=(1, 2, 4, 8)),
         Param("FORMAT_A", 0, "A's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),

@@ -8,24 +8,24 @@
 {% set AB = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}[DTYPE] %}
 {% set WK = 8 if DTYPE == "float32" else 16 %}
 
-// Shared-memory matrix descriptor for a tile stored in 128-byte swizzled rows (the layout TMA writes
-// with CU_TENSOR_MAP_SWIZZLE_128B): start address, leading and stride byte offsets (all >> 4), and the
-// swizzle mode in bits 62-63. The swizzle pattern repeats every 8 rows (1024 bytes), so tiles start on
-// 1024-byte boundaries and the base-offset field stays 0. Built from the run-time address: NVRTC has been
-// seen to crash on wgmma whose descriptors were compile-time constants.
-__device__ __forceinline__ unsigned long long smem_desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4)
-         | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16
-         | (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32
-         | 1ull << 62;
-}
-
-// The same for rows of SW bytes (128, 64 or 32: CU_TENSOR_MAP_SWIZZLE_128B, _64B, _32B), whose pattern
-// repeats every 8 rows: mode 1, 2 or 3.
+// Shared-memory matrix descriptor for a tile stored in swizzled rows of SW bytes (128, 64 or 32: the
+// layouts TMA writes with CU_TENSOR_MAP_SWIZZLE_128B, _64B, _32B): start address, leading and stride byte
+// offsets (all >> 4), and the swizzle mode (1, 2 or 3) in bits 62-63. The pattern repeats every 8 rows, so
+// tiles start on a multiple of 8 rows (1024 bytes for 128-byte rows) and the base-offset field stays 0.
+// Built from the run-time address: NVRTC has been seen to crash on wgmma whose descriptors were
+// compile-time constants.
 template <int SW>
 __device__ __forceinline__ unsigned long long smem_desc_swizzled(unsigned addr, unsigned lbo, unsigned sbo) {
     static_assert(SW == 128 || SW == 64 || SW == 32, "a swizzle of 128, 64 or 32 bytes");
-    return (smem_desc_sw128(addr, lbo, sbo) & ~(3ull << 62)) | (unsigned long long)(SW == 128 ? 1 : SW == 64 ? 2 : 3) << 62;
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)
+         | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16
+         | (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32
+         | (unsigned long long)(SW == 128 ? 1 : SW == 64 ? 2 : 3) << 62;
+}
+
+// The 128-byte rows most tiles use
+__device__ __forceinline__ unsigned long long smem_desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
+    return smem_desc_swizzled<128>(addr, lbo, sbo);
 }
 
 // Orders this warpgroup's register and shared-memory accesses before the wgmma that follow.

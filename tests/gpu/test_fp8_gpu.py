@@ -188,10 +188,8 @@ def _positive_product_error(variant, k):
 
 def test_promotion_every_256_stays_bounded_in_k():
     """The error of promoting every 256 of K does not grow with K, where fast accumulation's does."""
-    def f32(name):
-        base = registry.lookup(name)
-        return registry.make_variant(base.family, name.replace("_bf16", "_f32"), "float32", base.params)
-    every256, fast = f32(PROMOTE256), f32("fp8gemm_wgmma_m64n256k32_e4m3_tensor_fastacc_bf16")
+    every256, fast = (scaled_choice.with_output(registry.lookup(name), "float32")
+                      for name in (PROMOTE256, "fp8gemm_wgmma_m64n256k32_e4m3_tensor_fastacc_bf16"))
     short, long = (_positive_product_error(every256, k) for k in (1024, 32768))
     assert long < 2 * short and long < 2.0**-8, (short, long)
     assert _positive_product_error(fast, 32768) > 8 * long
@@ -415,12 +413,14 @@ def test_decode_catalogue_variant(name, m, n, k):
     run_case(m if rows == 16 else m + 16, n, k, seed=m + 3 * n + 7 * k, **case)
 
 
-@pytest.mark.parametrize("bn,cs", [(bn, cs) for bn in (64, 128, 256) for cs in (1, 2, 4, 8)])
+@pytest.mark.parametrize("bn,cs", [(bn, cs) for bn in scaled_choice.DECODE_WIDTHS for cs in (1, 2, 4, 8) if bn % cs == 0])
 @pytest.mark.parametrize("rows", [16, 32])
 def test_decode_layouts(rows, bn, cs):
-    """Every layout the default may take or a caller may name: clusters of 1 to 8 blocks, some holding no
-    K-block (K of three blocks over eight), columns past N, block scales, a float32 output."""
-    layout = dict(ROWS=rows, BN=bn, CS=cs, WARPS=8 if bn == 256 else 4, STAGES=5 if bn == 256 else 8)
+    """Every layout the default may take or a caller may name: widths of 3 to 8 warps, clusters of 1 to 8
+    blocks, some holding no K-block (K of three blocks over eight), columns past N, block scales, a float32
+    output."""
+    layout = dict(ROWS=rows, BN=bn, CS=cs, WARPS=scaled_choice.decode_warps(bn),
+                  STAGES=scaled_choice.decode_stages(rows, bn, cs, 1))
     for (m, n, k), mode, out_dtype in [((rows, 2 * bn + 8, 128 * 3), "block", "float32"),
                                        ((rows - 3, bn - 16, 128 * 17 + 16), "tensor", "bfloat16"),
                                        ((1, 3 * bn, 1040), "rowcol", "float16")]:
