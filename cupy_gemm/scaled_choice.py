@@ -1,6 +1,6 @@
 """The default FP8 variant for a call: formats, scaling and output pick the catalogue's entries (or one
-derived from them), and M, N, K and the SM count pick the kernel: the decode kernel for at most 16 rows,
-else the wgmma tile and how many units share its K (scaled.py checks and runs)."""
+derived from them), and M, N, K and the SM count pick the kernel: the decode kernel for at most 16 rows
+(and 32 over a deep K), else the wgmma tile and how many units share its K (scaled.py checks and runs)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -49,8 +49,11 @@ SPLIT_MARGIN = 0.9
 # 28672, K 1536 to 16384, 48 to 256 columns, clusters of 1 to 8, 2 to 8 stages): within 1.02× of the fastest
 # layout (geomean; 1.13 at most, 1×2048×7168), where 64 columns alone ran 1.15× the fastest at N = 10240 and
 # 1.08× at N = 28672. Clusters of four and eight cost more than the balance they give, and rings under six
-# stages leave the SM waiting on memory.
+# stages leave the SM waiting on memory. Up to 32 rows (two m16 tiles) it takes the same layout where K is
+# DECODE_DEEP_K or more: there it ran 1.04× faster than the wgmma tiles (geomean of 13 shapes of 32 rows, up
+# to 1.21×, 0.92× at 32×2048×7168); at shallower K the tiles' fixed cost is the smaller.
 DECODE_MAX_ROWS = 16
+DECODE_DEEP_ROWS, DECODE_DEEP_K = 32, 4096
 DECODE_COLUMNS = 64
 DECODE_WIDTHS = (64, 80, 96, 112, 128, 160, 192, 224, 256)
 DECODE_SPLITS = (8, 4, 2)
@@ -73,16 +76,18 @@ def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
 
 
 def decode_layout(m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int] | None:
-    """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product on sm_count SMs, or None past
-    DECODE_MAX_ROWS rows (the wgmma tiles serve those)."""
-    if m > DECODE_MAX_ROWS:
+    """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product on sm_count SMs, or None where the
+    wgmma tiles serve it (past DECODE_MAX_ROWS rows, unless up to DECODE_DEEP_ROWS over a K of DECODE_DEEP_K
+    or more)."""
+    if m > DECODE_MAX_ROWS and (m > DECODE_DEEP_ROWS or k < DECODE_DEEP_K):
         return None
+    rows = 16 if m <= 16 else 32
     bn = next((w for w in DECODE_WIDTHS if -(-n // w) <= sm_count), None)
     if bn is None:  # no width gives one block per SM: several share one, on a shallower ring
-        return 16, DECODE_COLUMNS, 1, DECODE_SHARED_STAGES
+        return rows, DECODE_COLUMNS, 1, DECODE_SHARED_STAGES
     clusters, k_blocks = -(-n // bn), -(-k // K_BLOCK)
     cs = next((c for c in DECODE_SPLITS if clusters * c <= sm_count and c <= k_blocks), 1)
-    return 16, bn, cs, decode_stages(16, bn, cs)
+    return rows, bn, cs, decode_stages(rows, bn, cs)
 
 
 @lru_cache(maxsize=None)
@@ -236,7 +241,9 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     layout = decode_layout(m, n, k, sm_count)
     if layout is not None:
         rows, bn, cs, stages = layout
-        why = (f"at most {DECODE_MAX_ROWS} rows: the decode kernel streams B once, {bn} columns a cluster, K split "
+        reach = (f"at most {DECODE_MAX_ROWS} rows" if m <= DECODE_MAX_ROWS else
+                 f"at most {DECODE_DEEP_ROWS} rows over a K of {DECODE_DEEP_K} or more")
+        why = (f"{reach}: the decode kernel streams B once, {bn} columns a cluster, K split "
                f"over its {cs} blocks, {stages} stages ({-(-n // bn) * cs} blocks for {sm_count} SMs; "
                f"scaled_choice.decode_layout); the wgmma tiles would be {ranked}")
     lines = [f"{format_a} × {format_b} {m}×{n}×{k}, {mode} scales, {out_dtype} out, on {gpu.name} (sm_{gpu.cc}, {sms})",

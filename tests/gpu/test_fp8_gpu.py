@@ -432,12 +432,12 @@ def test_decode_layouts(rows, bn, cs):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fa,fb,out_dtype", [("e5m2", "e4m3", "float16"), ("e4m3", "e5m2", "float32"),
                                              ("e4m3", "e4m3", "bfloat16")])
-@pytest.mark.parametrize("m", [1, 7, 16, 17])
-def test_decode_is_the_default_up_to_16_rows(m, fa, fb, out_dtype, mode):
+@pytest.mark.parametrize("m,k", [(1, 4112), (7, 4112), (16, 4112), (17, 4112), (32, 4112), (17, 4080), (33, 4112)])
+def test_decode_is_the_default_up_to_16_rows_and_32_over_deep_k(m, k, fa, fb, out_dtype, mode):
     _skip_without_bf16(out_dtype)
-    v = scaled.variant_for(fa, fb, mode, out_dtype, m, 2056, 4112, launch.sm_count(cupy.cuda.Device()))
-    assert (v.family.name == "decode_fp8") == (m <= 16), v.name
-    run_case(m, 2056, 4112, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=m)
+    v = scaled.variant_for(fa, fb, mode, out_dtype, m, 2056, k, launch.sm_count(cupy.cuda.Device()))
+    assert (v.family.name == "decode_fp8") == (m <= 16 or (m <= 32 and k >= 4096)), v.name
+    run_case(m, 2056, k, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=m)
 
 
 @pytest.mark.parametrize("mode", MODES)
