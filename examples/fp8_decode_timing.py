@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the operand se
 from fp8_timing import as_uint8, operand_sets  # noqa: E402
 
 ROWS = (1, 8, 16, 32)
-PROJECTIONS = ("4096x4096,6144x4096,14336x4096,4096x14336,8192x8192,1024x8192,10240x8192,28672x8192,8192x28672,128256x4096,"
-               "7168x16384,2048x7168,24576x1536,7168x2048")  # N×K of Llama-3 8B/70B and DeepSeek-V3 layers
+PROJECTIONS = ("4096x4096,6144x4096,14336x4096,4096x14336,8192x8192,1024x8192,10240x8192,28672x8192,8192x28672,"
+               "128256x4096,7168x16384,2048x7168,24576x1536,7168x2048")  # N×K: Llama-3 8B/70B (and its LM head), DeepSeek-V3
 LAYOUT_WIDTHS = (48,) + scaled_choice.DECODE_WIDTHS
 
 
