@@ -35,7 +35,7 @@ from fp8_timing import as_uint8, operand_sets  # noqa: E402
 
 ROWS = (1, 8, 16, 32)
 PROJECTIONS = ("4096x4096,6144x4096,14336x4096,4096x14336,8192x8192,1024x8192,10240x8192,28672x8192,8192x28672,"
-               "128256x4096,7168x16384,2048x7168,24576x1536,7168x2048")  # N×K: Llama-3 8B/70B (and its LM head), DeepSeek-V3
+               "128256x4096,7168x16384,2048x7168,24576x1536,7168x2048")  # N×K: Llama-3 8B/70B, its LM head, DeepSeek-V3
 LAYOUT_WIDTHS = (48,) + scaled_choice.DECODE_WIDTHS
 
 
@@ -120,7 +120,9 @@ def main():
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="M values, comma-separated")
     parser.add_argument("--projections", default=PROJECTIONS, help="NxK pairs, comma-separated")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--layouts", action="store_true", help="also time the decode kernel at every width and cluster size that fills at most two rounds of the SMs (per-tensor)")
+    parser.add_argument("--layouts", action="store_true",
+                        help="also time the decode kernel at every width and cluster size whose blocks fill at most "
+                             "two rounds of the SMs (per-tensor)")
     parser.add_argument("--json", help="also write every figure to this file")
     args = parser.parse_args()
     device = cupy.cuda.Device()
