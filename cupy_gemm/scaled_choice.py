@@ -50,10 +50,11 @@ SPLIT_MARGIN = 0.9
 # layout (geomean; 1.13 at most, 1×2048×7168), where 64 columns alone ran 1.15× the fastest at N = 10240 and
 # 1.08× at N = 28672. Clusters of four and eight cost more than the balance they give, and rings under six
 # stages leave the SM waiting on memory. Up to 32 rows (two m16 tiles) it takes the same layout where K is
-# DECODE_DEEP_K or more: there it ran 1.04× faster than the wgmma tiles (geomean of 13 shapes of 32 rows, up
-# to 1.21×, 0.92× at 32×2048×7168); at shallower K the tiles' fixed cost is the smaller.
+# DECODE_DEEP_K or more and the scales do not vary along K: there it ran 1.03× faster than the wgmma tiles
+# (geomean of 12 shapes of 32 rows, up to 1.21×, 0.92× at 32×2048×7168); at shallower K the tiles' fixed
+# cost is the smaller, and with block scales the tiles were as fast (0.86–1.27×).
 DECODE_MAX_ROWS = 16
-DECODE_DEEP_ROWS, DECODE_DEEP_K = 32, 4096
+DECODE_DEEP_ROWS, DECODE_DEEP_K, DECODE_DEEP_MODES = 32, 4096, ("tensor", "rowcol")
 DECODE_COLUMNS = 64
 DECODE_WIDTHS = (64, 80, 96, 112, 128, 160, 192, 224, 256)
 DECODE_SPLITS = (8, 4, 2)
@@ -75,11 +76,11 @@ def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
     return max((s for s in range(2, DECODE_STAGES + 1) if fits(s) <= SM_SHARED_BYTES), default=2)
 
 
-def decode_layout(m: int, n: int, k: int, sm_count: int) -> tuple[int, int, int, int] | None:
-    """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product on sm_count SMs, or None where the
-    wgmma tiles serve it (past DECODE_MAX_ROWS rows, unless up to DECODE_DEEP_ROWS over a K of DECODE_DEEP_K
-    or more)."""
-    if m > DECODE_MAX_ROWS and (m > DECODE_DEEP_ROWS or k < DECODE_DEEP_K):
+def decode_layout(m: int, n: int, k: int, sm_count: int, mode: str = "tensor") -> tuple[int, int, int, int] | None:
+    """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product on sm_count SMs with `mode` scales,
+    or None where the wgmma tiles serve it (past DECODE_MAX_ROWS rows, unless up to DECODE_DEEP_ROWS over a K
+    of DECODE_DEEP_K or more with scales of DECODE_DEEP_MODES)."""
+    if m > DECODE_MAX_ROWS and (m > DECODE_DEEP_ROWS or k < DECODE_DEEP_K or mode not in DECODE_DEEP_MODES):
         return None
     rows = 16 if m <= 16 else 32
     bn = next((w for w in DECODE_WIDTHS if -(-n // w) <= sm_count), None)
@@ -150,7 +151,7 @@ def variant_for(format_a: str, format_b: str, mode: str, out_dtype: str, m: int 
     entry with it (validated like any variant)."""
     if not (m and n and k and sm_count):
         return _first(format_a, format_b, mode, out_dtype)
-    layout = decode_layout(m, n, k, sm_count)
+    layout = decode_layout(m, n, k, sm_count, mode)
     if layout is not None:
         return _decode_entry(format_a, format_b, mode, out_dtype, layout)
     return tile_variant_for(format_a, format_b, mode, out_dtype, m, n, k, sm_count)
@@ -238,11 +239,11 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     why = (f"the tile expected to finish first, rounds of tiles × (K-blocks × ns per K-block + ns per tile), costs "
            f"fitted on an H100 (scaled_choice.TILE_COSTS; ÷s: K split over s units, SPLIT_COST, taken where "
            f"{1 - SPLIT_MARGIN:.0%} sooner than unsplit): {ranked}")
-    layout = decode_layout(m, n, k, sm_count)
+    layout = decode_layout(m, n, k, sm_count, mode)
     if layout is not None:
         rows, bn, cs, stages = layout
         reach = (f"at most {DECODE_MAX_ROWS} rows" if m <= DECODE_MAX_ROWS else
-                 f"at most {DECODE_DEEP_ROWS} rows over a K of {DECODE_DEEP_K} or more")
+                 f"at most {DECODE_DEEP_ROWS} rows over a K of {DECODE_DEEP_K} or more, scales constant along K")
         why = (f"{reach}: the decode kernel streams B once, {bn} columns a cluster, K split "
                f"over its {cs} blocks, {stages} stages ({-(-n // bn) * cs} blocks for {sm_count} SMs; "
                f"scaled_choice.decode_layout); the wgmma tiles would be {ranked}")

@@ -112,14 +112,16 @@ def test_default_takes_the_decode_kernel_up_to_16_rows_and_32_over_deep_k():
         v = scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", m, 7168, 16384, 132)
         assert v.family is DECODE and v.params["ROWS"] == rows, v.name
         assert launch_config(v, m, 7168, 16384, 132).grid[0] == 112
-    for m, n, k in ((33, 7168, 16384), (17, 7168, 2048), (32, 24576, 4095)):
-        assert scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", m, n, k, 132).family.name == "wgmma_fp8"
+    for m, n, k, mode in ((33, 7168, 16384, "tensor"), (17, 7168, 2048, "tensor"), (32, 24576, 4095, "rowcol"),
+                          (32, 7168, 16384, "block")):
+        assert scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, 132).family.name == "wgmma_fp8"
+    assert scaled.variant_for("e4m3", "e4m3", "rowcol", "bfloat16", 32, 7168, 16384, 132).family is DECODE
     assert scaled_choice.decode_layout(32, 28672, 8192, 132) == (32, 224, 1, 7)  # the stages of 32 rows
     v = scaled.variant_for("e4m3", "e4m3", "tensor", "bfloat16", 1, 4096, 4096, 132)
     assert v.name == "fp8gemv_decode_n64_c2_stages8_e4m3_tensor_bf16"  # the catalogue's entry
     text = scaled_choice.explain("e4m3", "e4m3", "tensor", "bfloat16", 1, 4096, 4096, ("NVIDIA H200", 90))
     assert v.name in text and "decode kernel" in text and "128 blocks for 132 SMs" in text
-    text = scaled_choice.explain("e4m3", "e4m3", "block", "float32", 20, 4096, 8192, ("NVIDIA H200", 90))
+    text = scaled_choice.explain("e4m3", "e4m3", "rowcol", "float32", 20, 4096, 8192, ("NVIDIA H200", 90))
     assert "at most 32 rows over a K of 4096 or more" in text and "fp8gemv_decode_r32_" in text
 
 
