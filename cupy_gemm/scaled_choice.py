@@ -51,7 +51,7 @@ SPLIT_MARGIN = 0.9
 # 1.08× at N = 28672. Clusters of four and eight cost more than the balance they give, and rings under six
 # stages leave the SM waiting on memory. Up to 32 rows (two m16 tiles) it takes the same layout where K is
 # DECODE_DEEP_K or more and the scales do not vary along K: there it ran 1.03× faster than the wgmma tiles
-# (geomean of 12 shapes of 32 rows, up to 1.21×, 0.92× at 32×2048×7168); at shallower K the tiles' fixed
+# (geomean of 12 shapes of 32 rows, up to 1.20×, 0.92× at 32×2048×7168); at shallower K the tiles' fixed
 # cost is the smaller, and with block scales the tiles were as fast (0.86–1.27×).
 DECODE_MAX_ROWS = 16
 DECODE_DEEP_ROWS, DECODE_DEEP_K, DECODE_DEEP_MODES = 32, 4096, ("tensor", "rowcol")
