@@ -42,8 +42,8 @@ SPLIT_MARGIN = 0.9
 
 # At most 16 rows (decode) the product is bound by reading B once: the decode_fp8 kernel streams it, BN
 # columns a cluster whose CS blocks split K. 64 columns, as many blocks a cluster (8, 4, 2) as keep one block
-# per SM; where 64-column clusters outnumber the SMs, the narrowest of DECODE_WIDTHS that does not (a warp a
-# 16 columns, 32 past 128), the ring DECODE_STAGES deep where a block's shared memory allows it. Past
+# per SM; where 64-column clusters outnumber the SMs, the narrowest of DECODE_WIDTHS that does not (a warp
+# per 16 columns, 32 past 128), the ring DECODE_STAGES deep where a block's shared memory allows it. Past
 # 256-column clusters, one an SM, 64 columns on DECODE_SHARED_STAGES stages, several blocks an SM.
 # Timed on an H200 (2026-11-28, examples/fp8_decode_timing.py --layouts: 13 shapes of 1 row, N 1024 to
 # 28672, K 1536 to 16384, 48 to 256 columns, clusters of 1 to 8, 2 to 8 stages): within 1.02× of the fastest

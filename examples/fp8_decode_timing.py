@@ -15,12 +15,12 @@ scales (which torch._scaled_mm takes only through a newer API) against a float64
 """
 import argparse
 import itertools
-from concurrent.futures import ProcessPoolExecutor
 import json
 import math
 import os
 import statistics
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 import cupy
 import torch

@@ -142,8 +142,8 @@ def accuracy_vs_k():
         qa, qb = as_uint8(a), as_uint8(b_t).T
         ref, _ = verify.reference(cupy_gemm.dequantize(qa, s), cupy_gemm.dequantize(qb, s))
         errors = []
-        for variant in (scaled.variant_for("e4m3", "e4m3", "tensor", "float32"),
-                        *(scaled_choice.with_output(registry.lookup(n), "float32") for n in (PROMOTE256_NAME, FASTACC_NAME))):
+        fp32_out = [scaled_choice.with_output(registry.lookup(n), "float32") for n in (PROMOTE256_NAME, FASTACC_NAME)]
+        for variant in (scaled.variant_for("e4m3", "e4m3", "tensor", "float32"), *fp32_out):
             out = cupy_gemm.scaled_mm(qa, qb, s, s, out_dtype="float32", variant=variant)
             errors.append(float(cupy.linalg.norm(out - ref) / cupy.linalg.norm(ref)))
         for fast in (False, True):

@@ -4,9 +4,9 @@ templates/decode_fp8.cu.j2: `decode_kmajor`'s ring, cluster split of K and on-ch
 (templates/common/decode_ring.cuh) with fp8 operands and scales, as wgmma_fp8 takes them through
 `cupy_gemm.scaled_mm` (abi "scaled"; `dtype` names the OUTPUT, FORMAT_A / FORMAT_B / SCALING as in
 wgmma_fp8). The warps widen the fp8 fragments to f16 (exact) for mma.sync m16n8k16 and add every
-128-deep K-block into fp32 registers (block scales applied there: the producer warp copies each K-block's into its stage). A
-cluster of CS blocks owns BN columns of C; the grid is one cluster per BN columns, so `tile` is the BN / CS
-columns one block stores.
+128-deep K-block into fp32 registers (block scales applied there: the producer warp copies each K-block's
+into its stage). A cluster of CS blocks owns BN columns of C; the grid is one cluster per BN columns, so
+`tile` is the BN / CS columns one block stores.
 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 T* C, const float* scale_a, const float* scale_b, int M, int N, int K, long long ldc,

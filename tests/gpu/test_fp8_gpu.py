@@ -413,7 +413,8 @@ def test_decode_catalogue_variant(name, m, n, k):
     run_case(m if rows == 16 else m + 16, n, k, seed=m + 3 * n + 7 * k, **case)
 
 
-@pytest.mark.parametrize("bn,cs", [(bn, cs) for bn in scaled_choice.DECODE_WIDTHS for cs in (1, 2, 4, 8) if bn % cs == 0])
+@pytest.mark.parametrize("bn,cs", [(bn, cs) for bn in scaled_choice.DECODE_WIDTHS for cs in (1, 2, 4, 8)
+                                   if bn % cs == 0])
 @pytest.mark.parametrize("rows", [16, 32])
 def test_decode_layouts(rows, bn, cs):
     """Every layout the default may take or a caller may name: widths of 3 to 8 warps, clusters of 1 to 8
