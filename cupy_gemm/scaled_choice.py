@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from . import fp8, registry
+from .families.decode_fp8 import smem_bytes as decode_smem_bytes
 from .families.wgmma_fp8 import K_BLOCK
 
 FAMILY = "wgmma_fp8"
@@ -71,8 +72,8 @@ def decode_warps(bn: int) -> int:
 def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
     """The deepest ring up to DECODE_STAGES with which blocks_per_sm blocks (block scales: the largest
     stage) fit in an SM's shared memory together; at least 2."""
-    from .families.decode_fp8 import smem_bytes
-    fits = lambda s: blocks_per_sm * (smem_bytes(dict(ROWS=rows, BN=bn, CS=cs, STAGES=s, SCALING=2), "", "") + 1024)
+    fits = lambda s: blocks_per_sm * (decode_smem_bytes(dict(ROWS=rows, BN=bn, CS=cs, STAGES=s, SCALING=2), "", "")
+                                      + 1024)
     return max((s for s in range(2, DECODE_STAGES + 1) if fits(s) <= SM_SHARED_BYTES), default=2)
 
 
