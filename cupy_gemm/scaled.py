@@ -16,7 +16,7 @@ out = (scale_a ∘ a) · (scale_b ∘ b) in bfloat16, float16 or float32. Where 
 - scales must be float32 CuPy arrays on the operands' device; the wgmma kernels read block scales of a
   [K-block][M], so an (M, ceil(K/128)) scale_a that is the transpose of a C-contiguous array with M % 4 == 0
   (as quantize returns it) is used in place, any other is copied (the copy engine needs rows of 16-byte
-  multiples); the decode kernel (at most 32 rows) reads any scale_a in place, by its strides.
+  multiples); the decode kernel (at most 64 rows) reads any scale_a in place, by its strides.
 """
 from __future__ import annotations
 

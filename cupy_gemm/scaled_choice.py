@@ -1,6 +1,6 @@
 """The default FP8 variant for a call: formats, scaling and output pick the catalogue's entries (or one
-derived from them), and M, N, K and the SM count pick the kernel: the decode kernel for at most 16 rows
-(and 32 over a deep K), else the wgmma tile and how many units share its K (scaled.py checks and runs)."""
+derived from them), and M, N, K and the SM count pick the kernel: the decode kernel for at most 32 rows
+(and 64 over a deep K it leaves whole), else the wgmma tile and how many units share its K (scaled.py checks and runs)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -41,32 +41,37 @@ SPLIT_COST = (1000, 1500)
 SPLIT_MARGIN = 0.9
 
 
-# At most 16 rows (decode) the product is bound by reading B once: the decode_fp8 kernel streams it, BN
-# columns a cluster whose CS blocks split K. 64 columns, as many blocks a cluster (8, 4, 2) as keep one block
-# per SM; where 64-column clusters outnumber the SMs, the narrowest of DECODE_WIDTHS that does not (a warp
-# per 16 columns, 32 past 128), the ring DECODE_STAGES deep where a block's shared memory allows it. Past
-# 256-column clusters, one an SM, 64 columns on DECODE_SHARED_STAGES stages, several blocks an SM.
-# Timed on an H200 (2026-11-28, examples/fp8_decode_timing.py --layouts: 13 shapes of 1 row, N 1024 to
-# 28672, K 1536 to 16384, 48 to 256 columns, clusters of 1 to 8, 2 to 8 stages): within 1.02× of the fastest
-# layout (geomean; 1.13 at most, 1×2048×7168), where 64 columns alone ran 1.15× the fastest at N = 10240 and
-# 1.08× at N = 28672. Clusters of four and eight cost more than the balance they give, and rings under six
-# stages leave the SM waiting on memory. Up to 32 rows (two m16 tiles) it takes the same layout where K is
-# DECODE_DEEP_K or more and the scales do not vary along K: there it ran 1.03× faster than the wgmma tiles
-# (geomean of 12 shapes of 32 rows, up to 1.20×, 0.92× at 32×2048×7168); at shallower K the tiles' fixed
-# cost is the smaller, and with block scales the tiles were as fast (0.86–1.27×).
-DECODE_MAX_ROWS = 16
-DECODE_DEEP_ROWS, DECODE_DEEP_K, DECODE_DEEP_MODES = 32, 4096, ("tensor", "rowcol")
+# With few rows (decode, small batches) the product is bound by reading B once: the decode_fp8 kernel
+# streams it, BN columns a cluster whose CS blocks split K, on wgmma's swapped product (MMA = 1: B's rows as
+# its m64, a warpgroup per 64 columns; it ran 1.01–1.35× faster than fp8 widened for mma.sync, MMA = 0, at
+# the 12 shapes of 16 and 32 rows timed on an H200, 2026-11-29). 64 columns, as many blocks a cluster (8, 4,
+# 2) as keep one block per SM; where 64-column clusters outnumber the SMs, the narrowest of DECODE_WIDTHS
+# that does not, the ring DECODE_STAGES deep where a block's shared memory allows it. Past 256-column
+# clusters, one an SM, 64 columns on DECODE_SHARED_STAGES stages, several blocks an SM. At those 12 shapes
+# every pick ran within 1.01× of the fastest layout of widths 64 to 256, clusters of 1 to 8 and one or a
+# warpgroup a slice (examples/fp8_decode_timing.py --layouts). (MMA = 0 had been fitted the same way on
+# 2026-11-28: WIDENED_WIDTHS, a warp per 16 columns, 32 past 128.)
+# Rows come in DECODE_ROWS (A's box; wgmma's N). Up to 32 rows the kernel beat the wgmma tiles at all 56
+# shapes timed (1.05–1.9×; K from 1536), block scales too. Up to 64 rows the tiles read little of B twice,
+# and the kernel won where its layout leaves K whole (a cluster splitting K costs 64 rows' partial sums, and
+# clusters of blocks that each fill an SM fit the GPCs badly) over a K of WIDE_ROWS_K or more, with scales
+# constant along K: 48 and 64 rows, 1.0–1.25× (geomean 1.07 over 16 shapes); with block scales it ran
+# 0.91–1.09× the tiles' speed, and where it would split K the tiles were as fast or up to 1.5× faster.
+DECODE_ROWS = (16, 32, 64)
+WIDE_ROWS_K, WIDE_ROWS_MODES = 4096, ("tensor", "rowcol")
 DECODE_COLUMNS = 64
-DECODE_WIDTHS = (64, 80, 96, 112, 128, 160, 192, 224, 256)
+DECODE_WIDTHS = (64, 128, 192, 256)
+WIDENED_WIDTHS = (64, 80, 96, 112, 128, 160, 192, 224, 256)
 DECODE_SPLITS = (8, 4, 2)
 DECODE_STAGES = 8
 DECODE_SHARED_STAGES = 4
 SM_SHARED_BYTES = 228 * 1024  # an sm_90 SM's shared memory; each resident block also reserves 1 KB
 
 
-def decode_warps(bn: int) -> int:
-    """Consumer warps of a BN-column decode block: a warp takes 16 columns, 32 past 8 warps."""
-    return bn // 16 if bn <= 128 else bn // 32
+def decode_warps(bn: int, mma: int = 1) -> int:
+    """Consumer warps of a BN-column decode block: a warpgroup per 64 columns on wgmma (MMA = 1); with
+    mma.sync a warp per 16 columns, 32 past 8 warps."""
+    return bn // 16 if mma or bn <= 128 else bn // 32
 
 
 def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
@@ -79,16 +84,18 @@ def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
 
 def decode_layout(m: int, n: int, k: int, sm_count: int, mode: str = "tensor") -> tuple[int, int, int, int] | None:
     """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product on sm_count SMs with `mode` scales,
-    or None where the wgmma tiles serve it (past DECODE_MAX_ROWS rows, unless up to DECODE_DEEP_ROWS over a K
-    of DECODE_DEEP_K or more with scales of DECODE_DEEP_MODES)."""
-    if m > DECODE_MAX_ROWS and (m > DECODE_DEEP_ROWS or k < DECODE_DEEP_K or mode not in DECODE_DEEP_MODES):
+    or None where the wgmma tiles serve it (past 64 rows; past 32 where K is under WIDE_ROWS_K, the scales
+    vary along K or the layout would split K)."""
+    rows = next((r for r in DECODE_ROWS if m <= r), None)
+    if rows is None or (rows == 64 and (k < WIDE_ROWS_K or mode not in WIDE_ROWS_MODES)):
         return None
-    rows = 16 if m <= 16 else 32
     bn = next((w for w in DECODE_WIDTHS if -(-n // w) <= sm_count), None)
     if bn is None:  # no width gives one block per SM: several share one, on a shallower ring
         return rows, DECODE_COLUMNS, 1, DECODE_SHARED_STAGES
     clusters, k_blocks = -(-n // bn), -(-k // K_BLOCK)
     cs = next((c for c in DECODE_SPLITS if clusters * c <= sm_count and c <= k_blocks), 1)
+    if rows == 64 and cs > 1:
+        return None
     return rows, bn, cs, decode_stages(rows, bn, cs)
 
 
@@ -98,13 +105,13 @@ def _decode_entry(format_a: str, format_b: str, mode: str, out_dtype: str, layou
     else the first decode entry made to take them."""
     rows, bn, cs, stages = layout
     want = {"FORMAT_A": fp8.FORMATS.index(format_a), "FORMAT_B": fp8.FORMATS.index(format_b),
-            "SCALING": SCALING_IDS[mode], "ROWS": rows, "BN": bn, "CS": cs, "STAGES": stages,
+            "SCALING": SCALING_IDS[mode], "ROWS": rows, "BN": bn, "CS": cs, "STAGES": stages, "MMA": 1,
             "WARPS": decode_warps(bn)}
     entries = [v for v in registry.catalogue().values() if v.family.name == DECODE_FAMILY]
     found = [v for v in entries if v.dtype == out_dtype and all(v.params[p] == x for p, x in want.items())]
     if found:
         return found[0]
-    name = (f"fp8gemv_decode_{'r32_' if rows == 32 else ''}n{bn}_c{cs}_stages{stages}_"
+    name = (f"fp8gemv_decode_wgmma_{f'r{rows}_' if rows > 16 else ''}n{bn}_c{cs}_stages{stages}_"
             f"{format_a}{'' if format_b == format_a else format_b}_{mode}_{out_dtype}")
     return registry.make_variant(entries[0].family, name, out_dtype, {**entries[0].params, **want})
 
@@ -243,8 +250,9 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     layout = decode_layout(m, n, k, sm_count, mode)
     if layout is not None:
         rows, bn, cs, stages = layout
-        reach = (f"at most {DECODE_MAX_ROWS} rows" if m <= DECODE_MAX_ROWS else
-                 f"at most {DECODE_DEEP_ROWS} rows over a K of {DECODE_DEEP_K} or more, scales constant along K")
+        reach = (f"at most {rows} rows" if rows < 64 else
+                 f"at most 64 rows over a K of {WIDE_ROWS_K} or more, scales constant along K, columns enough to "
+                 "leave K whole")
         why = (f"{reach}: the decode kernel streams B once, {bn} columns a cluster, K split "
                f"over its {cs} blocks, {stages} stages ({-(-n // bn) * cs} blocks for {sm_count} SMs; "
                f"scaled_choice.decode_layout); the wgmma tiles would be {ranked}")

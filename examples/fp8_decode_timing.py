@@ -1,9 +1,10 @@
 """FP8 products of few rows (decode, small batches) on Hopper: scaled_mm's default, which takes the
-decode_fp8 kernel up to 16 rows (and up to 32 over a deep K), against the wgmma tile the default would take
-without it and torch._scaled_mm.
+decode_fp8 kernel up to 32 rows (and up to 64 where it leaves a deep K whole), against the wgmma tile the
+default would take without it and torch._scaled_mm.
 
     python examples/fp8_decode_timing.py                  # the shapes below, per-tensor and block scales
-    python examples/fp8_decode_timing.py --layouts        # also every plausible decode layout, per-tensor
+    python examples/fp8_decode_timing.py --layouts        # also every plausible decode layout on wgmma
+    python examples/fp8_decode_timing.py --layouts --mma 0,1 --layout-scales block   # and mma.sync, block scales
 
 e4m3 operands built in PyTorch and viewed as uint8 for cupy_gemm (the same bytes for both), bf16 out. GPU
 time per call as the corpus benchmark takes it (measure/corpus_timing.py): many calls between two CUDA
@@ -36,19 +37,28 @@ from fp8_timing import as_uint8, operand_sets  # noqa: E402
 ROWS = (1, 8, 16, 32)
 PROJECTIONS = ("4096x4096,6144x4096,14336x4096,4096x14336,8192x8192,1024x8192,10240x8192,28672x8192,8192x28672,"
                "128256x4096,7168x16384,2048x7168,24576x1536,7168x2048")  # N×K: Llama-3 8B/70B, its LM head, DeepSeek-V3
-LAYOUT_WIDTHS = (48,) + scaled_choice.DECODE_WIDTHS
 
 
-def layout_variants(m, n, k, sm_count):
-    """--layouts: the decode kernel (per-tensor, e4m3, bf16 out) at every width and cluster size whose blocks
-    fill at most two rounds of the SMs, each on the deepest ring with which an SM holds its share."""
-    rows, k_blocks = (16 if m <= 16 else 32), -(-k // 128)
+def layout_variants(m, n, k, sm_count, mma=(1,), mode="tensor"):
+    """--layouts: the decode kernel (`mode` scales, e4m3, bf16 out) at every width and cluster size whose blocks
+    fill at most two rounds of the SMs, each on the deepest ring with which an SM holds its share: with
+    MMA = 1 (wgmma) the widths of whole 64-column slices, a warpgroup per slice or one for them all; with
+    MMA = 0 (fp8 widened for mma.sync, at most 32 rows) 48 to 256 columns, a warp per 16 (32 past 128)."""
+    rows, k_blocks = (16 if m <= 16 else 32 if m <= 32 else 64), -(-k // 128)
+    widths = {1: scaled_choice.DECODE_WIDTHS, 0: (48,) + scaled_choice.WIDENED_WIDTHS if rows < 64 else ()}
+    base = scaled_choice._decode_entry("e4m3", "e4m3", mode, "bfloat16", (rows, 64, 1, 8))
     found = []
-    for bn, cs in itertools.product(LAYOUT_WIDTHS, (1, 2, 4, 8)):
+    for kind, (bn, cs) in itertools.chain.from_iterable(
+            ((x, wc) for wc in itertools.product(widths[x], (1, 2, 4, 8))) for x in mma):
         blocks = -(-n // bn) * cs
-        if cs <= k_blocks and bn % cs == 0 and blocks <= 2 * sm_count:
-            stages = scaled_choice.decode_stages(rows, bn, cs, -(-blocks // sm_count))
-            found.append(scaled_choice._decode_entry("e4m3", "e4m3", "tensor", "bfloat16", (rows, bn, cs, stages)))
+        if cs > k_blocks or bn % cs or blocks > 2 * sm_count:
+            continue
+        stages = scaled_choice.decode_stages(rows, bn, cs, -(-blocks // sm_count))
+        for warps in sorted(w for w in {4, bn // 16} if bn * 4 // w // 64 * rows <= 128) if kind else (
+                scaled_choice.decode_warps(bn, 0),):
+            name = f"fp8gemv_decode_{'wgmma_' if kind else ''}r{rows}_n{bn}_c{cs}_stages{stages}_w{warps}_{mode}"
+            found.append(registry.make_variant(base.family, name, base.dtype, {
+                **base.params, "BN": bn, "CS": cs, "STAGES": stages, "MMA": kind, "WARPS": warps}))
     return found
 
 
@@ -85,8 +95,9 @@ def time_shape(m, n, k, args, l2_bytes, sm_count):
                   "wgmma tile": plans(tile["tensor"], sa, sb),
                   "default, block scales": plans(default["block"], sa_block, sb_block),
                   "wgmma tile, block scales": plans(tile["block"], sa_block, sb_block)}
-    layouts = layout_variants(m, n, k, sm_count) if args.layouts else []
-    contenders.update({v.name: plans(v, sa, sb) for v in layouts})
+    layouts = layout_variants(m, n, k, sm_count, args.mma, args.layout_scales) if args.layouts else []
+    layout_scales = (sa_block, sb_block) if args.layout_scales == "block" else (sa, sb)
+    contenders.update({v.name: plans(v, *layout_scales) for v in layouts})
     ref = cupy.from_dlpack(torch_calls[0]().contiguous()).astype(cupy.float32)
     for name, calls in contenders.items():
         if name == "torch._scaled_mm":
@@ -123,6 +134,10 @@ def main():
     parser.add_argument("--layouts", action="store_true",
                         help="also time the decode kernel at every width and cluster size whose blocks fill at most "
                              "two rounds of the SMs (per-tensor)")
+    parser.add_argument("--mma", type=lambda x: tuple(int(v) for v in x.split(",")), default=(1,),
+                        help="--layouts: the decode kernel's MMA values to time, comma-separated (0 mma.sync, 1 wgmma)")
+    parser.add_argument("--layout-scales", choices=("tensor", "block"), default="tensor",
+                        help="--layouts: the scales the layouts are timed with")
     parser.add_argument("--json", help="also write every figure to this file")
     args = parser.parse_args()
     device = cupy.cuda.Device()
@@ -135,7 +150,7 @@ def main():
     shapes = [(m, *(int(x) for x in nk.split("x")))
               for m, nk in itertools.product((int(x) for x in args.rows.split(",")), args.projections.split(","))]
     if args.layouts:
-        precompile(v for m, n, k in shapes for v in layout_variants(m, n, k, sm_count))
+        precompile(v for m, n, k in shapes for v in layout_variants(m, n, k, sm_count, args.mma, args.layout_scales))
     rows = []
     for m, n, k in shapes:
         r = time_shape(m, n, k, args, l2, sm_count)

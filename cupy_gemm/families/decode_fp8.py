@@ -1,11 +1,12 @@
-"""Hopper (sm_90a) FP8 decode-style products: M <= 16 or 32, Bᵀ streamed by TMA, K split over a cluster.
+"""Hopper (sm_90a) FP8 decode-style products: M <= 16, 32 or 64, Bᵀ streamed by TMA, K split over a cluster.
 
 templates/decode_fp8.cu.j2: `decode_kmajor`'s ring, cluster split of K and on-chip sum
 (templates/common/decode_ring.cuh) with fp8 operands and scales, as wgmma_fp8 takes them through
 `cupy_gemm.scaled_mm` (abi "scaled"; `dtype` names the OUTPUT, FORMAT_A / FORMAT_B / SCALING as in
-wgmma_fp8). The warps widen the fp8 fragments to f16 (exact) for mma.sync m16n8k16 and add every
-128-deep K-block into fp32 registers (block scales applied there: the producer warp copies each K-block's
-into its stage). A cluster of CS blocks owns BN columns of C; the grid is one cluster per BN columns, so
+wgmma_fp8). MMA = 1: warpgroups run the swapped product Cᵀ = B·Aᵀ on wgmma (B's rows as its m64, A's ROWS
+rows as its N); MMA = 0: warps widen the fp8 fragments to f16 (exact) for mma.sync m16n8k16 (at most 32
+rows). Either adds every 128-deep K-block into fp32 registers (block scales applied there: the producer
+warp copies each K-block's into its stage). A cluster of CS blocks owns BN columns of C; the grid is one cluster per BN columns, so
 `tile` is the BN / CS columns one block stores.
 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -41,6 +42,15 @@ def _rule_columns(p, dtype, acc):
     if p["BN"] % (16 * p["WARPS"]):
         yield ConfigError("BN", p["BN"], f"a multiple of 16 * WARPS = {16 * p['WARPS']} (each warp takes pairs "
                           "of n8 tiles)")
+    if p["MMA"] and p["WARPS"] % 4:
+        yield ConfigError("WARPS", p["WARPS"], "a multiple of 4 with MMA = 1 (warpgroups; BN then takes whole "
+                          "64-column slices)")
+    if not p["MMA"] and p["ROWS"] == 64:
+        yield ConfigError("ROWS", 64, "16 or 32 with MMA = 0 (one or two m16 tiles); 64 needs MMA = 1")
+    slices = p["BN"] * 4 // max(p["WARPS"], 4) // 64
+    if p["MMA"] and slices * p["ROWS"] > 128:  # a sum and a K-block's part: ROWS / 2 registers each a slice
+        yield ConfigError("WARPS", p["WARPS"], f"more warpgroups: {slices} slices of 64 × {p['ROWS']} rows "
+                          "take more than 128 accumulator registers a thread")
     # BN % CS == 0 (each block of the cluster stores BN / CS columns) follows: CS is at most 8
 
 
@@ -64,15 +74,19 @@ def make_args(variant, a, b_t, c, scale_a, scale_b, m: int, n: int, k: int, lda:
 DECODE_FP8 = Family(
     name="decode_fp8",
     template="decode_fp8.cu.j2",
-    doc="Hopper FP8 with scales, M <= 16 or 32: Bᵀ streamed by TMA, K split over a cluster of CS blocks and summed "
-        "in distributed shared memory; fp8 widened to f16 for mma.sync, K-blocks promoted into fp32; dtype = output",
+    doc="Hopper FP8 with scales, M <= 16, 32 or 64: Bᵀ streamed by TMA, K split over a cluster of CS blocks and "
+        "summed in distributed shared memory; the swapped product on wgmma (MMA = 1) or fp8 widened to f16 for "
+        "mma.sync, K-blocks promoted into fp32; dtype = output",
     params=(
-        Param("ROWS", 16, "the most rows of C the kernel serves: one or two m16 tiles", choices=(16, 32)),
+        Param("ROWS", 16, "the most rows of C the kernel serves: one or two m16 tiles, or 64 with MMA = 1",
+              choices=(16, 32, 64)),
         Param("BN", 64, "columns of C per cluster", lo=16, hi=256),
         Param("STAGES", 8, "shared-memory pipeline stages, one 128-deep K-block each", lo=2, hi=16),
-        Param("WARPS", 4, "consumer warps (one more warp produces): BN / 16 or BN / 32", lo=1, hi=8),
+        Param("WARPS", 4, "consumer warps (one more warp produces): BN / 16 or BN / 32", lo=1, hi=16),
         Param("CS", 2, "blocks per cluster, each summing one slice of K (portable clusters: at most 8)",
               choices=(1, 2, 4, 8)),
+        Param("MMA", 0, "0 = fp8 widened to f16 for mma.sync, 1 = the swapped product on wgmma (warpgroups of "
+              "64-column slices)", choices=(0, 1)),
         Param("FORMAT_A", 0, "A's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
         Param("FORMAT_B", 0, "B's fp8 format: 0 = e4m3, 1 = e5m2", choices=(0, 1)),
         Param("SCALING", 0, "scales: 0 = per tensor, 1 = per row of A and column of B, 2 = 1×128 / 128×128 blocks",

@@ -410,18 +410,24 @@ def test_decode_catalogue_variant(name, m, n, k):
     case = _params_of(name)
     _skip_without_bf16(case["out_dtype"])
     rows = registry.lookup(name).params["ROWS"]
-    run_case(m if rows == 16 else m + 16, n, k, seed=m + 3 * n + 7 * k, **case)
+    run_case(m + rows - 16, n, k, seed=m + 3 * n + 7 * k, **case)
 
 
-@pytest.mark.parametrize("bn,cs", [(bn, cs) for bn in scaled_choice.DECODE_WIDTHS for cs in (1, 2, 4, 8)
-                                   if bn % cs == 0])
-@pytest.mark.parametrize("rows", [16, 32])
-def test_decode_layouts(rows, bn, cs):
-    """Every layout the default may take or a caller may name: widths of 3 to 8 warps, clusters of 1 to 8
+# every width and cluster size; wgmma (MMA = 1) on the widths of whole 64-column slices, a warpgroup on each
+# slice or one on all of them (where its accumulators fit), up to 64 rows
+DECODE_LAYOUTS = ([(rows, bn, cs, 0, scaled_choice.decode_warps(bn, 0)) for rows in (16, 32)
+                   for bn in scaled_choice.WIDENED_WIDTHS for cs in (1, 2, 4, 8) if bn % cs == 0]
+                  + [(rows, bn, cs, 1, warps) for rows in (16, 32, 64) for bn in scaled_choice.DECODE_WIDTHS
+                     for cs in (1, 2, 4, 8) for warps in sorted({4, bn // 16}) if bn * 4 // warps // 64 * rows <= 128])
+
+
+@pytest.mark.parametrize("rows,bn,cs,mma,warps", DECODE_LAYOUTS,
+                         ids=[f"r{r}_n{bn}_c{cs}_mma{m}_w{w}" for r, bn, cs, m, w in DECODE_LAYOUTS])
+def test_decode_layouts(rows, bn, cs, mma, warps):
+    """Every layout the default may take or a caller may name: widths of 3 to 16 warps, clusters of 1 to 8
     blocks, some holding no K-block (K of three blocks over eight), columns past N, block scales, a float32
-    output."""
-    layout = dict(ROWS=rows, BN=bn, CS=cs, WARPS=scaled_choice.decode_warps(bn),
-                  STAGES=scaled_choice.decode_stages(rows, bn, cs, 1))
+    output; fp8 widened for mma.sync or the swapped product on wgmma."""
+    layout = dict(ROWS=rows, BN=bn, CS=cs, MMA=mma, WARPS=warps, STAGES=scaled_choice.decode_stages(rows, bn, cs, 1))
     for (m, n, k), mode, out_dtype in [((rows, 2 * bn + 8, 128 * 3), "block", "float32"),
                                        ((rows - 3, bn - 16, 128 * 17 + 16), "tensor", "bfloat16"),
                                        ((1, 3 * bn, 1040), "rowcol", "float16")]:
@@ -433,12 +439,14 @@ def test_decode_layouts(rows, bn, cs):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fa,fb,out_dtype", [("e5m2", "e4m3", "float16"), ("e4m3", "e5m2", "float32"),
                                              ("e4m3", "e4m3", "bfloat16")])
-@pytest.mark.parametrize("m,k", [(1, 4112), (7, 4112), (16, 4112), (17, 4112), (32, 4112), (17, 4080), (33, 4112)])
-def test_decode_is_the_default_up_to_16_rows_and_32_over_deep_k(m, k, fa, fb, out_dtype, mode):
+@pytest.mark.parametrize("m,n,k", [(1, 2056, 4112), (7, 2056, 4112), (16, 2056, 4112), (17, 2056, 4112),
+                                   (32, 2056, 4080), (33, 2056, 4112), (33, 8200, 4112), (64, 8200, 4112),
+                                   (64, 8200, 4080), (65, 8200, 4112)])
+def test_decode_is_the_default_up_to_32_rows_and_64_over_wide_n_and_deep_k(m, n, k, fa, fb, out_dtype, mode):
     _skip_without_bf16(out_dtype)
-    v = scaled.variant_for(fa, fb, mode, out_dtype, m, 2056, k, launch.sm_count(cupy.cuda.Device()))
-    assert (v.family.name == "decode_fp8") == (m <= 16 or (m <= 32 and k >= 4096 and mode != "block")), v.name
-    run_case(m, 2056, k, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=m)
+    v = scaled.variant_for(fa, fb, mode, out_dtype, m, n, k, launch.sm_count(cupy.cuda.Device()))
+    assert (v.family.name == "decode_fp8") == (m <= 32 or (m <= 64 and n == 8200 and k >= 4096 and mode != "block")), v.name
+    run_case(m, n, k, fa=fa, fb=fb, mode=mode, out_dtype=out_dtype, seed=m)
 
 
 @pytest.mark.parametrize("mode", MODES)
