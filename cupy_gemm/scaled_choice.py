@@ -56,9 +56,12 @@ SPLIT_MARGIN = 0.9
 # and the kernel won where its layout leaves K whole (a cluster splitting K costs 64 rows' partial sums, and
 # clusters of blocks that each fill an SM fit the GPCs badly) over a K of WIDE_ROWS_K or more, with scales
 # constant along K: 48 and 64 rows, 1.0–1.25× (geomean 1.07 over 16 shapes); with block scales it ran
-# 0.91–1.09× the tiles' speed, and where it would split K the tiles were as fast or up to 1.5× faster.
+# 0.91–1.09× the tiles' speed. Where 64 columns would split K, 128 columns in clusters of 8 or 4 filling at
+# most half the SMs (one block an SM: the GPCs hold few such clusters at once) ran 1.08–1.39× faster than the
+# tiles at N 1024 and 2048 (the experts of a mixture at few tokens); other splits lost to the tiles.
 DECODE_ROWS = (16, 32, 64)
 WIDE_ROWS_K, WIDE_ROWS_MODES = 4096, ("tensor", "rowcol")
+WIDE_ROWS_SPLIT_WIDTH, WIDE_ROWS_SPLITS = 128, (8, 4)
 DECODE_COLUMNS = 64
 DECODE_WIDTHS = (64, 128, 192, 256)
 WIDENED_WIDTHS = (64, 80, 96, 112, 128, 160, 192, 224, 256)
@@ -85,7 +88,7 @@ def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
 def decode_layout(m: int, n: int, k: int, sm_count: int, mode: str = "tensor") -> tuple[int, int, int, int] | None:
     """(ROWS, BN, CS, STAGES) of the decode kernel for an m×n×k product on sm_count SMs with `mode` scales,
     or None where the wgmma tiles serve it (past 64 rows; past 32 where K is under WIDE_ROWS_K, the scales
-    vary along K or the layout would split K)."""
+    vary along K or K would be split other than by WIDE_ROWS_SPLITS blocks of 128 columns)."""
     rows = next((r for r in DECODE_ROWS if m <= r), None)
     if rows is None or (rows == 64 and (k < WIDE_ROWS_K or mode not in WIDE_ROWS_MODES)):
         return None
@@ -94,8 +97,11 @@ def decode_layout(m: int, n: int, k: int, sm_count: int, mode: str = "tensor") -
         return rows, DECODE_COLUMNS, 1, DECODE_SHARED_STAGES
     clusters, k_blocks = -(-n // bn), -(-k // K_BLOCK)
     cs = next((c for c in DECODE_SPLITS if clusters * c <= sm_count and c <= k_blocks), 1)
-    if rows == 64 and cs > 1:
-        return None
+    if rows == 64 and cs > 1:  # 128 columns (A read half as often) in clusters of 8 or 4 that fit the GPCs
+        bn, clusters = WIDE_ROWS_SPLIT_WIDTH, -(-n // WIDE_ROWS_SPLIT_WIDTH)
+        cs = next((c for c in WIDE_ROWS_SPLITS if 2 * clusters * c <= sm_count and c <= k_blocks), None)
+        if cs is None:
+            return None
     return rows, bn, cs, decode_stages(rows, bn, cs)
 
 
@@ -251,8 +257,8 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     if layout is not None:
         rows, bn, cs, stages = layout
         reach = (f"at most {rows} rows" if rows < 64 else
-                 f"at most 64 rows over a K of {WIDE_ROWS_K} or more, scales constant along K, columns enough to "
-                 "leave K whole")
+                 f"at most 64 rows over a K of {WIDE_ROWS_K} or more, scales constant along K, K whole or split "
+                 f"by clusters of {' or '.join(map(str, WIDE_ROWS_SPLITS))} on 128 columns")
         why = (f"{reach}: the decode kernel streams B once, {bn} columns a cluster, K split "
                f"over its {cs} blocks, {stages} stages ({-(-n // bn) * cs} blocks for {sm_count} SMs; "
                f"scaled_choice.decode_layout); the wgmma tiles would be {ranked}")

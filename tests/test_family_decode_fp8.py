@@ -103,7 +103,9 @@ def test_renders_the_fp8_widened_to_f16_or_the_swapped_wgmma(name):
     (32, 10240, 8192, (32, 128, 1, 8)),
     (64, 10240, 8192, (64, 128, 1, 8)),  # up to 64 rows where K stays whole, over a deep K
     (33, 7168, 16384, (64, 64, 1, 8)),
-    (64, 2048, 7168, None),              # clusters would split K: the wgmma tiles
+    (64, 2048, 7168, (64, 128, 4, 7)),   # K split: 128 columns in clusters of 4 filling half the SMs
+    (48, 1024, 8192, (64, 128, 8, 7)),
+    (64, 4096, 4096, None),              # 32 clusters of 128 columns: no split of 4 or 8 fits half the SMs
     (64, 7168, 2048, None),              # K under 4096
     (65, 10240, 8192, None),
 ])
@@ -135,7 +137,7 @@ def test_default_takes_the_decode_kernel_up_to_32_rows_and_64_over_deep_k():
         assert v.family is DECODE and v.params["ROWS"] == rows and v.params["MMA"] == 1, v.name
         assert launch_config(v, m, 7168, 16384, 132).grid[0] == 112
     for m, n, k, mode in ((65, 7168, 16384, "tensor"), (33, 7168, 2048, "tensor"), (64, 24576, 4095, "rowcol"),
-                          (64, 7168, 16384, "block"), (48, 2048, 7168, "tensor")):
+                          (64, 7168, 16384, "block"), (48, 4096, 4096, "tensor")):
         assert scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, 132).family.name == "wgmma_fp8"
     for m, n, k, mode in ((32, 7168, 2048, "block"), (64, 7168, 16384, "rowcol")):
         assert scaled.variant_for("e4m3", "e4m3", mode, "bfloat16", m, n, k, 132).family is DECODE
