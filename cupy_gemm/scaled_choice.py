@@ -43,7 +43,7 @@ SPLIT_MARGIN = 0.9
 
 # With few rows (decode, small batches) the product is bound by reading B once: the decode_fp8 kernel
 # streams it, BN columns a cluster whose CS blocks split K, on wgmma's swapped product (MMA = 1: B's rows as
-# its m64, a warpgroup per 64 columns; it ran 1.01–1.35× faster than fp8 widened for mma.sync, MMA = 0, at
+# its m64, a warpgroup per 64 columns; it ran 1.01–1.36× faster than fp8 widened for mma.sync, MMA = 0, at
 # the 12 shapes of 16 and 32 rows timed on an H200, 2026-11-29). 64 columns, as many blocks a cluster (8, 4,
 # 2) as keep one block per SM; where 64-column clusters outnumber the SMs, the narrowest of DECODE_WIDTHS
 # that does not, the ring DECODE_STAGES deep where a block's shared memory allows it. Past 256-column
