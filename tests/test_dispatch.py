@@ -500,7 +500,7 @@ def test_explain_a_column_major_b():
     assert "variant: hgemv_decode_kmajor_" in text and "with B column-major" in text and "x @ W.T" in text
     # the H200's entries timed with B column-major are at other shapes: its row-major entry, then the twin
     text = dispatch.explain("float16", 16, 4096, 4096, ("NVIDIA H200", 90), b_layout="col")
-    assert "variant: hgemv_decode_kmajor_" in text and "B-layout rule: hgemv_decode_n" in text
+    assert "variant: hgemv_decode_kmajor_" in text and "B-layout rule: hgemv_decode_wgmma_n" in text
     assert "no usable float16 shape with B column-major within a factor 1.41" in text
     text = dispatch.explain("bfloat16", 4096, 4096, 4096, ("NVIDIA H100 80GB HBM3", 90), b_layout="col")
     assert "variant: bgemm_wgmma_kmajor_" in text

@@ -46,6 +46,9 @@ def test_every_entry_has_a_k_major_twin_of_the_same_parameters():
     ("float32", "float32", {"BN": 96, "STAGES": 4}, "BN", "BN / 4 must divide the consumer threads"),
     ("float32", "float32", {"BN": 32, "WARPS": 8}, "BK", "a multiple of 4 times the k-slices"),
     ("float32", "float32", {"BN": 64, "STAGES": 2, "WARPS": 8}, "STAGES", "for the k-slice sums, which reuse the ring"),
+    ("float32", "float32", {"MMA": 1}, "MMA", "MMA = 1 (wgmma) takes float16 or bfloat16"),
+    ("float32", "tf32", {"MMA": 1}, "MMA", "MMA = 1 (wgmma) takes float16 or bfloat16"),
+    ("bfloat16", "float32", {"MMA": 1, "WARPS": 2}, "MMA", "and warpgroups: WARPS a multiple of 4"),
 ])
 def test_it_refuses_parameters_that_break_its_constraints(dtype, acc, params, param, words):
     check_rule(DECODE, dtype, {**BASE, **params}, param, words, TEMPLATE, acc=acc)
@@ -104,6 +107,20 @@ def test_the_rendered_kernel_holds_the_layout_tested_below():
     assert "lds_f32x4(b_stage + b_element(k + x, 4 * cg))" in source
     assert "constexpr bool B_KMAJOR = 0;" in source
     assert "constexpr bool B_KMAJOR = 1;" in render(catalogue()[KMAJOR_NAMES[0]])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES + KMAJOR_NAMES if "_wgmma_" in n])
+def test_wgmma_entries_render_the_swapped_product(name):
+    """B's 64-column slices as wgmma's A (M-major, the transpose bit, where B is row-major), A's 16 rows as n16."""
+    v = catalogue()[name]
+    source = render(v)
+    ab = {"float16": "f16", "bfloat16": "bf16"}[v.dtype]
+    assert f"wgmma.mma_async.sync.aligned.m64n16k16.f32.{ab}.{ab}" in source and '"n"(TRANS_A)' in source
+    assert "wgmma_async<0, B_KMAJOR ? 0 : 1>(acc[j], desc_w, desc_x, 1);" in source
+    assert v.params["MMA"] == 1 and v.params["WARPS"] == v.params["BN"] // 16  # a warpgroup per 64 columns
+    assert "ldmatrix" not in source.split("gemm_kernel(")[1]  # no fragment loads on the consumers
+    mma_twin = catalogue()[name.replace("_wgmma_", "_")]
+    assert {**mma_twin.params, "MMA": 1, "WARPS": v.params["WARPS"]} == v.params
 
 
 @pytest.mark.parametrize("bn,warps", [(64, 4), (256, 8), (128, 4)])

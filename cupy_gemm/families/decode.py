@@ -4,8 +4,10 @@ templates/decode.cu.j2. A cluster of CS blocks owns BN columns of C and block r 
 of K: B (K×N, row-major) streams through a TMA ring of STAGES stages into each block, WARPS warps multiply
 it, and the blocks' partial tiles are summed in distributed shared memory, in rank order, by the block
 that stores each column. So the split of K costs no workspace, no atomics and no second kernel, and a
-repeat is bitwise the same. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16) and tf32
-(m16n8k8), A's 16 rows as the m16, and on CUDA cores for exact float32 (4 columns × 16 rows a thread).
+repeat is bitwise the same. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16, or with
+MMA = 1 warpgroups on wgmma by the swapped product: B's 64-column slices as its m64, A's rows as its n16)
+and tf32 (m16n8k8), A's 16 rows as the m16, and on CUDA cores for exact float32 (4 columns × 16 rows a
+thread).
 Two families share the template: `decode` reads B row-major (x @ W with W stored K×N), `decode_kmajor`
 column-major (x @ W.T with W stored N×K, as linear layers keep it), each in place.
 
@@ -53,6 +55,9 @@ def _rules(p, dtype, acc):
         if p[name] % box(dtype):
             yield ConfigError(name, p[name], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row ({box(dtype)} "
                               f"{dtype} elements): tiles move in such boxes")
+    if p["MMA"] and (dtype == "float32" or p["WARPS"] % 4):
+        yield ConfigError("MMA", p["MMA"], "0 here: MMA = 1 (wgmma) takes float16 or bfloat16 and warpgroups: "
+                          "WARPS a multiple of 4")
     if dtype == "float32" and acc == "float32":  # CUDA cores: groups of 4 columns by slices of K
         threads, groups = 32 * p["WARPS"], p["BN"] // 4
         if threads % groups:
@@ -94,9 +99,11 @@ DECODE = Family(
         Param("BN", 64, "columns of C per cluster", lo=32, hi=512),
         Param("BK", 64, "depth of one pipeline stage", choices=(64, 128)),
         Param("STAGES", 8, "shared-memory pipeline stages", lo=2, hi=16),
-        Param("WARPS", 4, "consumer warps (one more warp produces)", choices=(1, 2, 4, 8)),
+        Param("WARPS", 4, "consumer warps (one more warp produces)", choices=(1, 2, 4, 8, 12, 16)),
         Param("CS", 8, "blocks per cluster, each summing one slice of K (portable clusters: at most 8)",
               choices=(1, 2, 4, 8)),
+        Param("MMA", 0, "16-bit: 0 = mma.sync m16n8k16, 1 = the swapped product on wgmma (warpgroups of "
+              "64-column slices)", choices=(0, 1)),
     ),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",), "float32": ("float32", "tf32")},
     threads=lambda p: 32 * (p["WARPS"] + 1),

@@ -56,7 +56,8 @@ __host__ __device__ constexpr bool register_handover_fits(int threads, int consu
 constexpr int WGMMA_K = {{ WK }};
 
 // D(64×{{ BN }}, fp32) = A(64×{{ WK }}) · B({{ WK }}×{{ BN }}) + (accumulate ? D : 0), {{ AB }} inputs.
-// TRANS_B (16-bit inputs only): 1 for an N-major B, 0 for a K-major one (B stored as Bᵀ, N rows of K).
+// TRANS_B (16-bit inputs only): 1 for an N-major B, 0 for a K-major one (B stored as Bᵀ, N rows of K);
+// TRANS_A likewise 1 for an M-major A (decode.cu.j2's swapped product reads a row-major B as A).
 {% if DTYPE == "float32" %}
 // Both operands K-major (rows of K contiguous); the tensor cores read the 32-bit patterns in shared
 // memory as tf32, ignoring the 13 low mantissa bits (a tf32 tensor map has TMA round them away first).
@@ -69,7 +70,7 @@ constexpr int WGMMA_K = {{ WK }};
 // 8*(i/4) + 2*(t%4) + i%2.
 {% endif %}
 {% macro wgmma_function(name, n) %}
-template <int TRANS_B = 1>
+template <int TRANS_B = 1, int TRANS_A = 0>
 __device__ __forceinline__ void {{ name }}(float (&d)[{{ n // 2 }}], unsigned long long desc_a,
                                             unsigned long long desc_b, int accumulate) {
     asm volatile(
@@ -79,10 +80,10 @@ __device__ __forceinline__ void {{ name }}(float (&d)[{{ n // 2 }}], unsigned lo
 {% if DTYPE == "float32" %}
         "},\n %{{ n // 2 }}, %{{ n // 2 + 1 }}, p, 1, 1;\n}\n"
 {% else %}
-        "},\n %{{ n // 2 }}, %{{ n // 2 + 1 }}, p, 1, 1, 0, %{{ n // 2 + 3 }};\n}\n"
+        "},\n %{{ n // 2 }}, %{{ n // 2 + 1 }}, p, 1, 1, %{{ n // 2 + 4 }}, %{{ n // 2 + 3 }};\n}\n"
 {% endif %}
 {{ acc_constraints(n // 2) | trim("\n") }}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B), "n"(TRANS_A));
 }
 {% endmacro %}
 {% if BN <= 256 %}
