@@ -1,6 +1,7 @@
 """The default FP8 variant for a call: formats, scaling and output pick the catalogue's entries (or one
 derived from them), and M, N, K and the SM count pick the kernel: the decode kernel for at most 32 rows
-(and 64 over a deep K it leaves whole), else the wgmma tile and how many units share its K (scaled.py checks and runs)."""
+(and 64 over a deep K it leaves whole), else the wgmma tile and how many units share its K (scaled.py
+checks and runs)."""
 from __future__ import annotations
 
 from functools import lru_cache

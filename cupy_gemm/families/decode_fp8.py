@@ -6,8 +6,8 @@ templates/decode_fp8.cu.j2: `decode_kmajor`'s ring, cluster split of K and on-ch
 wgmma_fp8). MMA = 1: warpgroups run the swapped product Cᵀ = B·Aᵀ on wgmma (B's rows as its m64, A's ROWS
 rows as its N); MMA = 0: warps widen the fp8 fragments to f16 (exact) for mma.sync m16n8k16 (at most 32
 rows). Either adds every 128-deep K-block into fp32 registers (block scales applied there: the producer
-warp copies each K-block's into its stage). A cluster of CS blocks owns BN columns of C; the grid is one cluster per BN columns, so
-`tile` is the BN / CS columns one block stores.
+warp copies each K-block's into its stage). A cluster of CS blocks owns BN columns of C; the grid is one
+cluster per BN columns, so `tile` is the BN / CS columns one block stores.
 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 T* C, const float* scale_a, const float* scale_b, int M, int N, int K, long long ldc,

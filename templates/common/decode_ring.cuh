@@ -87,6 +87,14 @@ __device__ __forceinline__ void consume(int kb_count, unsigned stages, unsigned 
     }
 }
 
+// The swapped product on wgmma (MMA = 1: 64 of the block's columns as the instruction's m64, A's rows as
+// its n): register i of a warp's lane, in the accumulators of 64-column slice `slice`, holds C's row
+// swapped_row(i, lane) and the block's column swapped_column(slice, warp, lane, i).
+__device__ __forceinline__ int swapped_row(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
+__device__ __forceinline__ int swapped_column(int slice, int warp, int lane, int i) {
+    return 64 * slice + 16 * (warp % 4) + lane / 4 + 8 * ((i / 2) % 2);
+}
+
 // the value of element (row, col) of the cluster's fp32 tiles (ROWS x BN at `tile` in every block) summed
 // over its blocks in rank order: the same bits on every run
 __device__ __forceinline__ float cluster_sum(unsigned tile, int row, int col) {
