@@ -29,6 +29,7 @@ import torch
 import cupy_gemm
 from cupy_gemm import launch, registry, scaled_choice, toolkit, verify
 from cupy_gemm.compile import compile_variant
+from cupy_gemm.families.decode_fp8 import MAX_WGMMA_ACCUMULATORS, wgmma_accumulators
 from cupy_gemm.measure.corpus_timing import Rotation, time_rounds
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the operand sets of its sibling script
@@ -54,7 +55,8 @@ def layout_variants(m, n, k, sm_count, mma=(1,), mode="tensor"):
         if cs > k_blocks or bn % cs or blocks > 2 * sm_count:
             continue
         stages = scaled_choice.decode_stages(rows, bn, cs, -(-blocks // sm_count))
-        for warps in sorted(w for w in {4, bn // 16} if bn * 4 // w // 64 * rows <= 128) if kind else (
+        fits = lambda w: wgmma_accumulators(rows, bn, w) <= MAX_WGMMA_ACCUMULATORS
+        for warps in sorted(filter(fits, {4, bn // 16})) if kind else (
                 scaled_choice.decode_warps(bn, 0),):
             name = f"fp8gemv_decode_{'wgmma_' if kind else ''}r{rows}_n{bn}_c{cs}_stages{stages}_w{warps}_{mode}"
             found.append(registry.make_variant(base.family, name, base.dtype, {
@@ -133,7 +135,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--layouts", action="store_true",
                         help="also time the decode kernel at every width and cluster size whose blocks fill at most "
-                             "two rounds of the SMs (per-tensor)")
+                             "two rounds of the SMs (with --layout-scales)")
     parser.add_argument("--mma", type=lambda x: tuple(int(v) for v in x.split(",")), default=(1,),
                         help="--layouts: the decode kernel's MMA values to time, comma-separated (0 mma.sync, 1 wgmma)")
     parser.add_argument("--layout-scales", choices=("tensor", "block"), default="tensor",

@@ -38,6 +38,15 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     return p["STAGES"] * (stage + 16 + slot) + tile + 1024
 
 
+MAX_WGMMA_ACCUMULATORS = 128  # with MMA = 1, of a thread's registers
+
+
+def wgmma_accumulators(rows: int, bn: int, warps: int) -> int:
+    """The fp32 registers a consumer thread holds with MMA = 1: a sum and a K-block's part, ROWS / 2 each,
+    for each of its warpgroup's 64-column slices."""
+    return bn * 4 // max(warps, 4) // 64 * rows
+
+
 def _rule_columns(p, dtype, acc):
     if p["BN"] % (16 * p["WARPS"]):
         yield ConfigError("BN", p["BN"], f"a multiple of 16 * WARPS = {16 * p['WARPS']} (each warp takes pairs "
@@ -47,10 +56,9 @@ def _rule_columns(p, dtype, acc):
                           "64-column slices)")
     if not p["MMA"] and p["ROWS"] == 64:
         yield ConfigError("ROWS", 64, "16 or 32 with MMA = 0 (one or two m16 tiles); 64 needs MMA = 1")
-    slices = p["BN"] * 4 // max(p["WARPS"], 4) // 64
-    if p["MMA"] and slices * p["ROWS"] > 128:  # a sum and a K-block's part: ROWS / 2 registers each a slice
-        yield ConfigError("WARPS", p["WARPS"], f"more warpgroups: {slices} slices of 64 × {p['ROWS']} rows "
-                          "take more than 128 accumulator registers a thread")
+    if p["MMA"] and wgmma_accumulators(p["ROWS"], p["BN"], p["WARPS"]) > MAX_WGMMA_ACCUMULATORS:
+        yield ConfigError("WARPS", p["WARPS"], f"more warpgroups: {p['ROWS']} rows of {p['BN']} columns take more "
+                          f"than {MAX_WGMMA_ACCUMULATORS} accumulator registers a thread")
     # BN % CS == 0 (each block of the cluster stores BN / CS columns) follows: CS is at most 8
 
 

@@ -8,6 +8,7 @@ import pytest
 import cupy_gemm
 from cupy_gemm import fp8, launch, registry, scaled, scaled_choice, tma, verify
 from cupy_gemm.errors import DTypeError, InputError
+from cupy_gemm.families.decode_fp8 import MAX_WGMMA_ACCUMULATORS, wgmma_accumulators
 from cupy_gemm.launch import compute_capability
 
 try:
@@ -418,7 +419,8 @@ def test_decode_catalogue_variant(name, m, n, k):
 DECODE_LAYOUTS = ([(rows, bn, cs, 0, scaled_choice.decode_warps(bn, 0)) for rows in (16, 32)
                    for bn in scaled_choice.WIDENED_WIDTHS for cs in (1, 2, 4, 8) if bn % cs == 0]
                   + [(rows, bn, cs, 1, warps) for rows in (16, 32, 64) for bn in scaled_choice.DECODE_WIDTHS
-                     for cs in (1, 2, 4, 8) for warps in sorted({4, bn // 16}) if bn * 4 // warps // 64 * rows <= 128])
+                     for cs in (1, 2, 4, 8) for warps in sorted({4, bn // 16})
+                     if wgmma_accumulators(rows, bn, warps) <= MAX_WGMMA_ACCUMULATORS])
 
 
 @pytest.mark.parametrize("rows,bn,cs,mma,warps", DECODE_LAYOUTS,
