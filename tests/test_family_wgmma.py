@@ -81,10 +81,13 @@ def test_renders_the_intended_instructions(name):
     src = render(v)
     ab = "f16" if v.dtype == "float16" else "bf16"
     bn = v.params["BN"]  # wider than 256: two instructions, the second on the columns past 256
+    # scale-d from a predicate, then the transpose bits: A's TRANS_A (0 by default: K-major), B's TRANS_B (1
+    # by default: N-major), as "n" operands after the descriptors and the predicate's
     for n in ([bn] if bn <= 256 else [256, bn - 256]):
         assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}" in src
-    # scale-d from a predicate, A K-major, B transposed (N-major): the transpose bit is TRANS_B, 1 by default
-    assert "p, 1, 1, 0, %" in src and "template <int TRANS_B = 1>" in src and "wgmma_async<0>" not in src
+        assert f"p, 1, 1, %{n // 2 + 4}, %{n // 2 + 3};" in src
+    assert "template <int TRANS_B = 1, int TRANS_A = 0>" in src and '"n"(TRANS_B), "n"(TRANS_A)' in src
+    assert "wgmma_async<0>" not in src
     assert "cp.async.bulk.tensor.2d" in src and "__grid_constant__" in src
     assert "__launch_bounds__(THREADS, 1)" in src  # setmaxnreg needs a register cap at entry
     assert "wgmma.wait_group.sync.aligned %0" in src and "wgmma_wait<1>()" in src  # groups overlap
