@@ -49,8 +49,7 @@ def layout_variants(m, n, k, sm_count, mma=(1,), mode="tensor"):
     widths = {1: scaled_choice.DECODE_WIDTHS, 0: (48,) + scaled_choice.WIDENED_WIDTHS if rows < 64 else ()}
     base = scaled_choice._decode_entry("e4m3", "e4m3", mode, "bfloat16", (rows, 64, 1, 8))
     found = []
-    for kind, (bn, cs) in itertools.chain.from_iterable(
-            ((x, wc) for wc in itertools.product(widths[x], (1, 2, 4, 8))) for x in mma):
+    for kind, bn, cs in ((x, bn, cs) for x in mma for bn, cs in itertools.product(widths[x], (1, 2, 4, 8))):
         blocks = -(-n // bn) * cs
         if cs > k_blocks or bn % cs or blocks > 2 * sm_count:
             continue

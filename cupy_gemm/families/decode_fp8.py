@@ -90,7 +90,8 @@ DECODE_FP8 = Family(
               choices=(16, 32, 64)),
         Param("BN", 64, "columns of C per cluster", lo=16, hi=256),
         Param("STAGES", 8, "shared-memory pipeline stages, one 128-deep K-block each", lo=2, hi=16),
-        Param("WARPS", 4, "consumer warps (one more warp produces): BN / 16 or BN / 32", lo=1, hi=16),
+        Param("WARPS", 4, "consumer warps (one more warp produces): BN / 16, a warpgroup per 64 columns with MMA = 1; "
+              "with mma.sync BN / 16, or BN / 32 past 128 columns", lo=1, hi=16),
         Param("CS", 2, "blocks per cluster, each summing one slice of K (portable clusters: at most 8)",
               choices=(1, 2, 4, 8)),
         Param("MMA", 0, "0 = fp8 widened to f16 for mma.sync, 1 = the swapped product on wgmma (warpgroups of "
