@@ -138,6 +138,21 @@ def compile_named(job: tuple[str, str]) -> tuple[Resources | None, str | None, f
         return None, str(e), time.perf_counter() - start
 
 
+def _compile_made(job: tuple) -> None:
+    family, name, dtype, params, acc, arch = job
+    compile_variant(registry.make_variant(registry.family(family), name, dtype, params, acc), arch)
+
+
+def precompile(variants, arch: str, jobs: int = 16) -> None:
+    """Compile variants (catalogue entries or made ones) into the disk cache in a process pool, before timing
+    them one by one: NVRTC takes seconds a kernel. A family does not pickle, so each worker makes the variant
+    again from its family's name and its parameters."""
+    from concurrent.futures import ProcessPoolExecutor
+    unique = {v.name: v for v in variants}.values()
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(_compile_made, [(v.family.name, v.name, v.dtype, v.params, v.acc, arch) for v in unique]))
+
+
 def compile_source(name: str, source: str, arch: str, mma_headers: bool = False, what: str | None = None) -> Compiled:
     """Compile any rendered source through the same caches: a variant's, or a helper kernel's (the fused
     epilogue alone, for K = 0). `name` labels the cache entry; `what` describes it in a CompileError."""

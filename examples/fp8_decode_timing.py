@@ -21,14 +21,13 @@ import math
 import os
 import statistics
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
 import cupy
 import torch
 
 import cupy_gemm
 from cupy_gemm import launch, registry, scaled_choice, toolkit, verify
-from cupy_gemm.compile import compile_variant
+from cupy_gemm.compile import precompile
 from cupy_gemm.families.decode_fp8 import MAX_WGMMA_ACCUMULATORS, wgmma_accumulators
 from cupy_gemm.measure.corpus_timing import Rotation, time_rounds
 
@@ -61,18 +60,6 @@ def layout_variants(m, n, k, sm_count, mma=(1,), mode="tensor"):
             found.append(registry.make_variant(base.family, name, base.dtype, {
                 **base.params, "BN": bn, "CS": cs, "STAGES": stages, "MMA": kind, "WARPS": warps}))
     return found
-
-
-def _compile(family, name, dtype, params):
-    compile_variant(registry.make_variant(registry.family(family), name, dtype, params), "sm_90a")  # to the disk cache
-
-
-def precompile(variants, jobs=16):
-    """Compile the variants in a process pool first (NVRTC takes seconds a kernel; a variant's family does
-    not pickle, so each worker rebuilds it from its name and parameters)."""
-    unique = {v.name: v for v in variants}.values()
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(_compile, *zip(*[(v.family.name, v.name, v.dtype, v.params) for v in unique])))
 
 
 def time_shape(m, n, k, args, l2_bytes, sm_count):
@@ -151,7 +138,8 @@ def main():
     shapes = [(m, *(int(x) for x in nk.split("x")))
               for m, nk in itertools.product((int(x) for x in args.rows.split(",")), args.projections.split(","))]
     if args.layouts:
-        precompile(v for m, n, k in shapes for v in layout_variants(m, n, k, sm_count, args.mma, args.layout_scales))
+        precompile([v for m, n, k in shapes for v in layout_variants(m, n, k, sm_count, args.mma, args.layout_scales)],
+                   "sm_90a")
     rows = []
     for m, n, k in shapes:
         r = time_shape(m, n, k, args, l2, sm_count)
