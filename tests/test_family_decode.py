@@ -3,7 +3,7 @@ they declare and refuse, their grid of whole clusters, the layout claims of thei
 from the swizzled boxes hit distinct banks; the blocks of a cluster store every column of C once), and the
 dispatch's B-layout rule that hands a column-major B to the K-major twin."""
 import pytest
-from family_rules import b_placement, check_rule, template_text
+from family_rules import b_placement, check_rule, check_template_refuses, template_text
 
 from cupy_gemm import dispatch, launch, placement_rules
 from cupy_gemm.families import decode
@@ -21,12 +21,13 @@ BASE = {"BN": 64, "BK": 64, "STAGES": 8, "WARPS": 4, "CS": 8}
 def test_family_declares_few_rows_clusters_and_tma():
     assert DECODE.needs_sm90a and DECODE.abi == "tma" and DECODE.pdl and not DECODE.split_k
     assert set(DECODE.dtypes) == {"float16", "bfloat16", "float32"} and DECODE.dtypes["float32"] == ("float32", "tf32")
-    for name in NAMES:  # the name says the columns per cluster, the blocks per cluster and the stages
+    for name in NAMES:  # the name says the rows past 16, columns per cluster, blocks per cluster and stages
         v = catalogue()[name]
         p = v.params
-        bk = "_bk128" if p["BK"] == 128 else ""
-        assert f"_n{p['BN']}_c{p['CS']}{bk}_stages{p['STAGES']}" in name and v.max_rows() == 16
-        assert DECODE.cluster(p) == p["CS"] and DECODE.tile(p) == (16, p["BN"] // p["CS"])
+        rows, bk = f"_r{p['ROWS']}" if p["ROWS"] > 16 else "", "_bk128" if p["BK"] == 128 else ""
+        assert f"{rows}_n{p['BN']}_c{p['CS']}{bk}_stages{p['STAGES']}" in name and v.max_rows() == p["ROWS"]
+        assert DECODE.cluster(p) == p["CS"] and DECODE.tile(p) == (p["ROWS"], p["BN"] // p["CS"])
+    assert {catalogue()[n].params["ROWS"] for n in NAMES} == {16, 32, 64}
     assert DECODE.b_layout is None and KMAJOR.b_layout == "col"
 
 
@@ -49,6 +50,10 @@ def test_every_entry_has_a_k_major_twin_of_the_same_parameters():
     ("float32", "float32", {"MMA": 1}, "MMA", "MMA = 1 (wgmma) takes float16 or bfloat16"),
     ("float32", "tf32", {"MMA": 1}, "MMA", "MMA = 1 (wgmma) takes float16 or bfloat16"),
     ("bfloat16", "float32", {"MMA": 1, "WARPS": 2}, "MMA", "and warpgroups: WARPS a multiple of 4"),
+    ("float16", "float32", {"ROWS": 32}, "ROWS", "one m16 tile"),
+    ("float32", "tf32", {"ROWS": 64, "BN": 64, "STAGES": 4}, "ROWS", "one m16 tile"),
+    ("float16", "float32", {"ROWS": 128, "BN": 256, "WARPS": 4, "MMA": 1, "CS": 1, "STAGES": 2}, "WARPS",
+     "more warpgroups"),
 ])
 def test_it_refuses_parameters_that_break_its_constraints(dtype, acc, params, param, words):
     check_rule(DECODE, dtype, {**BASE, **params}, param, words, TEMPLATE, acc=acc)
@@ -66,8 +71,22 @@ def test_it_refuses_rings_that_overflow_shared_memory():
 
 
 def test_smem_counts_stages_the_cluster_tile_and_barriers():
-    assert decode.smem_bytes(BASE, "float16", "float32") == 8 * (16 * 64 + 64 * 64) * 2 + 16 * 64 * 4 + 8 * 16 + 1024
-    assert decode.smem_bytes({**BASE, "CS": 1}, "float16", "float32") == 8 * (16 * 64 + 64 * 64) * 2 + 8 * 16 + 1024
+    base = {**BASE, "ROWS": 16}
+    assert decode.smem_bytes(base, "float16", "float32") == 8 * (16 * 64 + 64 * 64) * 2 + 16 * 64 * 4 + 8 * 16 + 1024
+    assert decode.smem_bytes({**base, "CS": 1}, "float16", "float32") == 8 * (16 * 64 + 64 * 64) * 2 + 8 * 16 + 1024
+    rows64 = {**base, "ROWS": 64, "BN": 256, "STAGES": 4, "CS": 2}  # A's 64 rows in every stage and the tile
+    assert decode.smem_bytes(rows64, "float16", "float32") == 4 * (64 * 64 + 64 * 256) * 2 + 64 * 256 * 4 + 4 * 16 + 1024
+
+
+def test_wgmma_accumulators_are_rows_over_two_per_slice_of_a_warpgroup():
+    assert decode.wgmma_accumulators({"ROWS": 64, "BN": 256, "WARPS": 16}) == 32
+    assert decode.wgmma_accumulators({"ROWS": 64, "BN": 256, "WARPS": 4}) == 128
+    assert decode.wgmma_accumulators({"ROWS": 128, "BN": 128, "WARPS": 4}) == 128
+    assert decode.wgmma_accumulators({"ROWS": 128, "BN": 256, "WARPS": 4}) == 256  # refused (above)
+
+
+def test_the_template_refuses_more_rows_on_mma_sync():
+    check_template_refuses(DECODE, "float16", "float32", {**BASE, "ROWS": 32}, "one m16 tile", arch="sm_90a")
 
 
 @pytest.mark.parametrize("m,n,k,blocks", [(16, 1024, 4096, 128), (1, 1000, 4096, 128), (16, 8, 64, 8),
@@ -111,16 +130,19 @@ def test_the_rendered_kernel_holds_the_layout_tested_below():
 
 @pytest.mark.parametrize("name", [n for n in NAMES + KMAJOR_NAMES if "_wgmma_" in n])
 def test_wgmma_entries_render_the_swapped_product(name):
-    """B's 64-column slices as wgmma's A (M-major, the transpose bit, where B is row-major), A's 16 rows as n16."""
+    """B's 64-column slices as wgmma's A (M-major, the transpose bit, where B is row-major), A's ROWS rows as
+    its N; an entry of 16 rows has an mma.sync twin of the same layout."""
     v = catalogue()[name]
     source = render(v)
     ab = {"float16": "f16", "bfloat16": "bf16"}[v.dtype]
-    assert f"wgmma.mma_async.sync.aligned.m64n16k16.f32.{ab}.{ab}" in source and '"n"(TRANS_A)' in source
+    rows = v.params["ROWS"]
+    assert f"wgmma.mma_async.sync.aligned.m64n{rows}k16.f32.{ab}.{ab}" in source and '"n"(TRANS_A)' in source
     assert "wgmma_async<0, B_KMAJOR ? 0 : 1>(acc[j], desc_w, desc_x, 1);" in source
     assert v.params["MMA"] == 1 and v.params["WARPS"] == v.params["BN"] // 16  # a warpgroup per 64 columns
     assert "ldmatrix" not in source.split("gemm_kernel(")[1]  # no fragment loads on the consumers
-    mma_twin = catalogue()[name.replace("_wgmma_", "_")]
-    assert {**mma_twin.params, "MMA": 1, "WARPS": v.params["WARPS"]} == v.params
+    if rows == 16:
+        mma_twin = catalogue()[name.replace("_wgmma_", "_")]
+        assert {**mma_twin.params, "MMA": 1, "WARPS": v.params["WARPS"]} == v.params
 
 
 @pytest.mark.parametrize("bn,warps", [(64, 4), (256, 8), (128, 4)])

@@ -1,11 +1,13 @@
-"""Hopper (sm_90a) decode-style products: M <= 16, B streamed by TMA, K split over a thread-block cluster.
+"""Hopper (sm_90a) decode-style products: M <= ROWS (16; up to 128 on wgmma), B streamed by TMA, K split over
+a thread-block cluster.
 
 templates/decode.cu.j2. A cluster of CS blocks owns BN columns of C and block r of it sums the r-th slice
 of K: B (K×N, row-major) streams through a TMA ring of STAGES stages into each block, WARPS warps multiply
 it, and the blocks' partial tiles are summed in distributed shared memory, in rank order, by the block
 that stores each column. So the split of K costs no workspace, no atomics and no second kernel, and a
 repeat is bitwise the same. The warps multiply on tensor cores for float16/bfloat16 (m16n8k16, or with
-MMA = 1 warpgroups on wgmma by the swapped product: B's 64-column slices as its m64, A's rows as its n16)
+MMA = 1 warpgroups on wgmma by the swapped product: B's 64-column slices as its m64, A's ROWS rows as its
+N, which lets one block serve up to 128 rows)
 and tf32 (m16n8k8), A's 16 rows as the m16, and on CUDA cores for exact float32 (4 columns × 16 rows a
 thread).
 Two families share the template: `decode` reads B row-major (x @ W with W stored K×N), `decode_kmajor`
@@ -31,7 +33,9 @@ from ..errors import ConfigError, InputError
 from .base import CUDA_TYPES, Family, Param
 
 SWIZZLE_BYTES = 128  # one swizzle row: the width of every TMA box
-ROWS = 16  # one m16 tile
+ROWS = 16  # one m16 tile: mma.sync's rows; wgmma's swapped product takes WGMMA_ROWS
+WGMMA_ROWS = (16, 32, 64, 128)
+MAX_WGMMA_ACCUMULATORS = 128  # fp32 registers a consumer thread holds with MMA = 1
 
 
 def box(dtype: str) -> int:
@@ -40,14 +44,20 @@ def box(dtype: str) -> int:
 
 
 def _stage_bytes(p, dtype: str) -> int:
-    return (ROWS * p["BK"] + p["BK"] * p["BN"]) * CUDA_TYPES[dtype][1]
+    return (p["ROWS"] * p["BK"] + p["BK"] * p["BN"]) * CUDA_TYPES[dtype][1]
 
 
 def smem_bytes(p, dtype: str, acc: str) -> int:
     stage = _stage_bytes(p, dtype)
-    tile = ROWS * p["BN"] * 4 if p["CS"] > 1 else 0  # the fp32 partial tile the cluster reads
+    tile = p["ROWS"] * p["BN"] * 4 if p["CS"] > 1 else 0  # the fp32 partial tile the cluster reads
     # + 16 per stage: full/empty barriers; + 1024: the kernel rounds the start up to the swizzle period
     return p["STAGES"] * stage + tile + 16 * p["STAGES"] + 1024
+
+
+def wgmma_accumulators(p) -> int:
+    """The fp32 accumulators a consumer thread holds with MMA = 1: ROWS / 2 for each of its warpgroup's
+    64-column slices."""
+    return p["BN"] // (p["WARPS"] // 4) // 64 * p["ROWS"] // 2
 
 
 def _rules(p, dtype, acc):
@@ -58,6 +68,11 @@ def _rules(p, dtype, acc):
     if p["MMA"] and (dtype == "float32" or p["WARPS"] % 4):
         yield ConfigError("MMA", p["MMA"], "0 here: MMA = 1 (wgmma) takes float16 or bfloat16 and warpgroups: "
                           "WARPS a multiple of 4")
+    elif not p["MMA"] and p["ROWS"] != ROWS:
+        yield ConfigError("ROWS", p["ROWS"], f"{ROWS} with MMA = 0 (one m16 tile); more rows need MMA = 1 (wgmma)")
+    elif p["MMA"] and wgmma_accumulators(p) > MAX_WGMMA_ACCUMULATORS:
+        yield ConfigError("WARPS", p["WARPS"], f"more warpgroups: {p['ROWS']} rows of {p['BN']} columns take "
+                          f"{wgmma_accumulators(p)} fp32 registers a thread, at most {MAX_WGMMA_ACCUMULATORS}")
     if dtype == "float32" and acc == "float32":  # CUDA cores: groups of 4 columns by slices of K
         threads, groups = 32 * p["WARPS"], p["BN"] // 4
         if threads % groups:
@@ -82,7 +97,7 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     if k + p["BK"] >= 2**31 or n + p["BN"] >= 2**31:  # the copies' coordinates are 32-bit signed integers
         raise InputError(f"{variant.name} addresses K and N below 2**31 - {p['BK']} and 2**31 - {p['BN']}; "
                          f"got K={k}, N={n}: use a skinny variant")
-    map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=ROWS, box_cols=box(dtype))
+    map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=p["ROWS"], box_cols=box(dtype))
     rows, cols, box_rows = tma.b_extent(variant.family.b_layout, k, n, p["BK"], p["BN"])
     map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=rows, cols=cols, ld=ldb, box_rows=box_rows, box_cols=box(dtype))
     return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc), np.float32(alpha),
@@ -92,10 +107,11 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
 DECODE = Family(
     name="decode",
     template="decode.cu.j2",
-    doc="Hopper, M <= 16: B streamed by TMA, K split over a cluster of CS blocks and summed in distributed "
-        "shared memory",
+    doc="Hopper, M <= ROWS (16; to 128 on wgmma): B streamed by TMA, K split over a cluster of CS blocks and "
+        "summed in distributed shared memory",
     params=(
-        Param("ROWS", ROWS, "the most rows of C the kernel serves: one m16 tile", choices=(ROWS,)),
+        Param("ROWS", ROWS, "the most rows of C the kernel serves: one m16 tile, or with MMA = 1 wgmma's N "
+              "(32, 64 and 128 too)", choices=WGMMA_ROWS),
         Param("BN", 64, "columns of C per cluster", lo=32, hi=512),
         Param("BK", 64, "depth of one pipeline stage", choices=(64, 128)),
         Param("STAGES", 8, "shared-memory pipeline stages", lo=2, hi=16),
@@ -107,7 +123,7 @@ DECODE = Family(
     ),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",), "float32": ("float32", "tf32")},
     threads=lambda p: 32 * (p["WARPS"] + 1),
-    tile=lambda p: (ROWS, p["BN"] // p["CS"]),
+    tile=lambda p: (p["ROWS"], p["BN"] // p["CS"]),
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // CUDA_TYPES[dtype][1],
     rules=(_rules,),
@@ -115,7 +131,7 @@ DECODE = Family(
     make_args=make_args,
     min_cc=lambda p, dtype, acc: 90,
     needs_sm90a=True,
-    max_rows=lambda p: ROWS,
+    max_rows=lambda p: p["ROWS"],
     cluster=lambda p: p["CS"],
     pdl=True,
 )
@@ -129,7 +145,7 @@ def _kmajor_box(p, dtype, acc):
 DECODE_KMAJOR = dataclasses.replace(
     DECODE,
     name="decode_kmajor",
-    doc="Hopper, M <= 16, B column-major (x @ W.T): B streamed by TMA, K split over a cluster of CS blocks "
+    doc="Hopper, M <= ROWS, B column-major (x @ W.T): B streamed by TMA, K split over a cluster of CS blocks "
         "and summed in distributed shared memory",
     rules=(_rules, _kmajor_box),
     b_layout="col",

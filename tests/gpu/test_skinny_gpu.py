@@ -1,7 +1,8 @@
 """The few-rows families on the GPU (skinny, skinny_kmajor, and decode and decode_kmajor on Hopper): every
-entry against a float64 reference on ragged shapes, both orientations (few rows, and few columns through
-the operand swap), Fortran order, beta != 0, NaN-poisoned outputs, forced and automatic split counts,
-bitwise repeatability, and the default path reading a linear layer's weight in place."""
+entry (and decode layouts of up to 128 rows) against a float64 reference on ragged shapes, both orientations
+(few rows, and few columns through the operand swap), Fortran order, beta != 0, NaN-poisoned outputs, forced
+and automatic split counts, bitwise repeatability, and the default path reading a linear layer's weight in
+place."""
 from functools import lru_cache
 
 import cupy
@@ -160,6 +161,27 @@ def test_decode_stages_repeat_bitwise_over_many_launches(name):
         cupy_gemm.matmul(a, b, variant=name, out=out)
         differ += cupy.count_nonzero(out.view(cupy.uint8) != first.view(cupy.uint8))
     assert int(differ) == 0, f"{name}: {int(differ)} bytes differ from the first launch's over 600 launches"
+
+
+WIDE_ROWS = [(rows, bn, cs, fam) for rows, bn, cs in ((32, 64, 2), (64, 256, 4), (128, 128, 1), (128, 64, 8))
+             for fam in ("decode", "decode_kmajor")]
+
+
+@pytest.mark.parametrize("rows,bn,cs,fam", WIDE_ROWS, ids=[f"r{r}-n{n}-c{c}-{f}" for r, n, c, f in WIDE_ROWS])
+def test_decode_takes_up_to_128_rows_on_wgmma(rows, bn, cs, fam):
+    """A's ROWS rows as the swapped product's N: ragged M (one row past half of ROWS, and all of them), N and K,
+    every element written and right. No catalogue entry takes 128 rows, so the layouts are made here."""
+    v = registry.make_variant(registry.family(fam), f"wide_rows_r{rows}_n{bn}_c{cs}_{fam}", "bfloat16",
+                              dict(ROWS=rows, BN=bn, BK=64, STAGES=4, WARPS=bn // 16, CS=cs, MMA=1))
+    bad = []
+    for m in (rows // 2 + 1, rows):
+        for n in (17, 4095):
+            for k in (127, 4096):
+                a, b, ref, scale = _case(v.dtype, m, n, k)
+                out = cupy.full((m, n), cupy.nan, dtype=v.dtype)
+                cupy_gemm.matmul(a, cupy.asfortranarray(b) if fam == "decode_kmajor" else b, variant=v, out=out)
+                bad += _check(v, out, ref, scale, k, f"{m}x{n}x{k}")
+    assert not bad, f"{v.name}: " + "; ".join(bad)
 
 
 @pytest.mark.parametrize("precision", ["float16", "bfloat16", "fp32", "tf32"])
