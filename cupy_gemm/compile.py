@@ -10,6 +10,7 @@ import hashlib
 import re
 import struct
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,7 +148,6 @@ def precompile(variants, arch: str, jobs: int = 16) -> None:
     """Compile variants (catalogue entries or made ones) into the disk cache in a process pool, before timing
     them one by one: NVRTC takes seconds a kernel. A family does not pickle, so each worker makes the variant
     again from its family's name and its parameters."""
-    from concurrent.futures import ProcessPoolExecutor
     unique = {v.name: v for v in variants}.values()
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(_compile_made, [(v.family.name, v.name, v.dtype, v.params, v.acc, arch) for v in unique]))
