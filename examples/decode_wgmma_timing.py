@@ -62,7 +62,7 @@ def layout_variants(dtype, layout, m, n, k, sm_count):
             p = dict(ROWS=rows, BN=bn, BK=64, WARPS=warps, CS=cs, MMA=1)
             fits = [s for s in range(2, DECODE_STAGES + 1)
                     if each * (smem_bytes({**p, "STAGES": s}, dtype, "float32") + 1024) <= SM_SHARED_BYTES]
-            if fits and wgmma_accumulators(p) <= MAX_WGMMA_ACCUMULATORS:
+            if fits and wgmma_accumulators(rows, bn, warps) <= MAX_WGMMA_ACCUMULATORS:
                 found.append(registry.make_variant(family, f"{prefix}_r{rows}_n{bn}_c{cs}_stages{fits[-1]}_w{warps}",
                                                    dtype, {**p, "STAGES": fits[-1]}))
     return found

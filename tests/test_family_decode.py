@@ -79,10 +79,10 @@ def test_smem_counts_stages_the_cluster_tile_and_barriers():
 
 
 def test_wgmma_accumulators_are_rows_over_two_per_slice_of_a_warpgroup():
-    assert decode.wgmma_accumulators({"ROWS": 64, "BN": 256, "WARPS": 16}) == 32
-    assert decode.wgmma_accumulators({"ROWS": 64, "BN": 256, "WARPS": 4}) == 128
-    assert decode.wgmma_accumulators({"ROWS": 128, "BN": 128, "WARPS": 4}) == 128
-    assert decode.wgmma_accumulators({"ROWS": 128, "BN": 256, "WARPS": 4}) == 256  # refused (above)
+    assert decode.wgmma_accumulators(64, 256, 16) == 32
+    assert decode.wgmma_accumulators(64, 256, 4) == 128
+    assert decode.wgmma_accumulators(128, 128, 4) == 128
+    assert decode.wgmma_accumulators(128, 256, 4) == 256  # refused (above)
 
 
 def test_the_template_refuses_more_rows_on_mma_sync():

@@ -54,10 +54,10 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     return p["STAGES"] * stage + tile + 16 * p["STAGES"] + 1024
 
 
-def wgmma_accumulators(p) -> int:
-    """The fp32 accumulators a consumer thread holds with MMA = 1: ROWS / 2 for each of its warpgroup's
-    64-column slices."""
-    return p["BN"] // (p["WARPS"] // 4) // 64 * p["ROWS"] // 2
+def wgmma_accumulators(rows: int, bn: int, warps: int) -> int:
+    """The fp32 accumulators a consumer thread holds on the swapped product (MMA = 1): rows / 2 for each of
+    its warpgroup's 64-column slices of bn (fewer than 4 warps count as one warpgroup)."""
+    return bn // max(warps // 4, 1) // 64 * rows // 2
 
 
 def _rules(p, dtype, acc):
@@ -70,9 +70,9 @@ def _rules(p, dtype, acc):
                           "WARPS a multiple of 4")
     elif not p["MMA"] and p["ROWS"] != ROWS:
         yield ConfigError("ROWS", p["ROWS"], f"{ROWS} with MMA = 0 (one m16 tile); more rows need MMA = 1 (wgmma)")
-    elif p["MMA"] and wgmma_accumulators(p) > MAX_WGMMA_ACCUMULATORS:
+    elif p["MMA"] and (held := wgmma_accumulators(p["ROWS"], p["BN"], p["WARPS"])) > MAX_WGMMA_ACCUMULATORS:
         yield ConfigError("WARPS", p["WARPS"], f"more warpgroups: {p['ROWS']} rows of {p['BN']} columns take "
-                          f"{wgmma_accumulators(p)} fp32 registers a thread, at most {MAX_WGMMA_ACCUMULATORS}")
+                          f"{held} fp32 registers a thread, at most {MAX_WGMMA_ACCUMULATORS}")
     if dtype == "float32" and acc == "float32":  # CUDA cores: groups of 4 columns by slices of K
         threads, groups = 32 * p["WARPS"], p["BN"] // 4
         if threads % groups:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, InputError
+from . import decode
 from .base import Family, Param
+from .decode import MAX_WGMMA_ACCUMULATORS
 from .wgmma_fp8 import K_BLOCK, _rule_formats
 
 BOX_BYTES = 128  # one swizzle row: a K-block of fp8
@@ -38,13 +40,10 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     return p["STAGES"] * (stage + 16 + slot) + tile + 1024
 
 
-MAX_WGMMA_ACCUMULATORS = 128  # with MMA = 1, of a thread's registers
-
-
 def wgmma_accumulators(rows: int, bn: int, warps: int) -> int:
-    """The fp32 registers a consumer thread holds with MMA = 1: a sum and a K-block's part, ROWS / 2 each,
-    for each of its warpgroup's 64-column slices."""
-    return bn * 4 // max(warps, 4) // 64 * rows
+    """The fp32 registers a consumer thread holds with MMA = 1: a sum and a K-block's part, each what the
+    16-bit decode kernel's swapped product holds (decode.wgmma_accumulators)."""
+    return 2 * decode.wgmma_accumulators(rows, bn, warps)
 
 
 def _rule_columns(p, dtype, acc):
