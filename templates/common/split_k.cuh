@@ -61,21 +61,54 @@ __device__ __forceinline__ bool split_k_arrive(void* workspace, int tile, int sp
     return last;
 }
 
-// The last split's sum for element e: partials of splits 0..splits-1 in order, its own from `mine`.
-__device__ __forceinline__ float split_k_sum(void* workspace, int tiles, int tile, int splits, int my_split,
-                                             int elems, int index, float mine) {
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s)
-        sum += s == my_split ? mine : __ldcg(split_k_partial(workspace, tiles, tile, s, elems) + index);
-    return sum;
+// The last split's sum, in split order 0, 1, ..., splits - 1 (its own partial read back like the others'),
+// so the result is bitwise the same whichever block arrives last. This thread's share of a partial is E
+// groups of V floats (V = 1, or 4 for a float4), group e at (e * THREADS_ + t) * V floats into the split's
+// partial tile, and at(i) is float i of the sum (group i / V, float i % V), which starts from zero. The
+// loads of GROUP splits are issued before their adds, which keep split order, so the bits do not change.
+// Two splits in flight (split_k_group) made the warpgroup kernels up to 5% faster at split shapes, and an
+// mma.sync tile 12% (H200, 33×1001×4095); sgemm_simt's 8×4 tile lost 8% with two, so it keeps one.
+__host__ __device__ constexpr int split_k_group(int floats) { return floats >= 64 ? 1 : 2; }
+
+template <int THREADS_, int E, int V, int GROUP, typename At>
+__device__ __forceinline__ void split_k_gather(At at, const float* split0, long long split_stride, int splits, int t) {
+    static_assert(V == 1 || V == 4, "floats or float4s");
+    static_assert(GROUP >= 1, "at least one split in flight");
+    constexpr int FLOATS = E * V;
+#pragma unroll
+    for (int i = 0; i < FLOATS; ++i) at(i) = 0.f;
+    for (int s0 = 0; s0 < splits; s0 += GROUP) {
+        float v[GROUP][FLOATS];
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) {
+            if (s0 + g >= splits) continue;
+            const float* const part = split0 + (s0 + g) * split_stride;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                if constexpr (V == 4) {
+                    const float4 q = __ldcg(reinterpret_cast<const float4*>(part) + e * THREADS_ + t);
+                    v[g][4 * e] = q.x, v[g][4 * e + 1] = q.y, v[g][4 * e + 2] = q.z, v[g][4 * e + 3] = q.w;
+                } else {
+                    v[g][e] = __ldcg(part + e * THREADS_ + t);
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g)
+#pragma unroll
+            for (int i = 0; i < FLOATS; ++i)
+                if (s0 + g < splits) at(i) += v[g][i];
+    }
 }
+
+// The distance between two splits' partials of one tile (split_k_partial's layout)
+__device__ __forceinline__ long long split_k_stride(int tiles, int elems) { return (long long)tiles * elems; }
 
 // The warpgroup kernels' side (templates/wgmma.cu.j2, wgmma_tf32_swap.cu.j2): the THREADS_ consumer threads
 // hold the tile as fragments acc[MI][N], element e = mi * N + i of thread c at e * THREADS_ + c (each warp
 // store 128 contiguous bytes). They store this split's partial and arrive (`sync`: a barrier of those
-// threads only, the producer is already loading the next unit); in the last split acc becomes split_k_sum's
-// sum, in its order, split by split over the whole fragment (its own partial read back: one register
-// array). Returns whether this was the last split, which then stores C.
+// threads only, the producer is already loading the next unit); in the last split acc becomes split_k_gather's
+// sum. Returns whether this was the last split, which then stores C.
 template <int THREADS_, int MI, int N, typename Sync>
 __device__ __forceinline__ bool split_k_fragments(float (&acc)[MI][N], void* workspace, int tiles, int tile, int split,
                                                   int splits, int c, int* flag, Sync sync) {
@@ -86,12 +119,8 @@ __device__ __forceinline__ bool split_k_fragments(float (&acc)[MI][N], void* wor
 #pragma unroll
         for (int i = 0; i < N; ++i) __stcg(mine + (mi * N + i) * THREADS_, acc[mi][i]);
     if (!split_k_arrive(workspace, tile, splits, c, flag, sync)) return false;
-    for (int s = 0; s < splits; ++s) {
-        const float* const part = split_k_partial(workspace, tiles, tile, s, ELEMS) + c;
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-            for (int i = 0; i < N; ++i) acc[mi][i] = (s == 0 ? 0.f : acc[mi][i]) + __ldcg(part + (mi * N + i) * THREADS_);
-    }
+    split_k_gather<THREADS_, MI * N, 1, split_k_group(MI * N)>(
+        [&](int i) -> float& { return acc[i / N][i % N]; }, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+        split_k_stride(tiles, ELEMS), splits, c);
     return true;
 }
