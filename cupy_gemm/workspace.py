@@ -4,9 +4,12 @@ from __future__ import annotations
 import numpy as np
 
 
+SPLIT_K_MAX_GROUPS = 8  # templates/common/split_k.cuh: each tile's counter, then its groups' counters
+
+
 def split_k_counter_bytes(tiles: int) -> int:
     """The counters at the start of templates/common/split_k.cuh's workspace, padded to 256 bytes."""
-    return -(-tiles * 4 // 256) * 256
+    return -(-tiles * 4 * (1 + SPLIT_K_MAX_GROUPS) // 256) * 256
 
 
 def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:

@@ -306,14 +306,14 @@ def test_float16_accumulation_does_not_split():
 @pytest.mark.parametrize("splits,batch", [(2, 1), (3, 5), (7, 1)])
 def test_split_grid_and_workspace(name, splits, batch):
     """One block per (tile, split, member): the split in blockIdx.y, the member in blockIdx.z; the workspace
-    holds a counter per tile of every member, then splits × tiles fp32 partial tiles."""
+    holds a tile's counter and its split groups' per tile of every member, then splits × tiles fp32 partial tiles."""
     v = _split(name, splits).with_extras(batched=batch > 1)
     bm, bn = FAMILY.tile(v.params)
     m, n, k = 100, 1000, 5000
     tiles = -(-m // bm) * -(-n // bn)
     cfg = launch.launch_config(v, m, n, k, SMS, batch=batch)
     assert cfg.grid == (tiles, splits, batch) and cfg.splits == splits and cfg.tiles == tiles * batch
-    counters = -(-tiles * batch * 4 // 256) * 256
+    counters = -(-tiles * batch * 36 // 256) * 256
     assert cfg.workspace == counters + splits * tiles * batch * bm * bn * 4
 
 

@@ -104,8 +104,8 @@ def test_split_policy_fills_the_gpu_several_times():
 def test_workspaces_with_different_counter_regions_are_apart():
     """Partials start where the counters end: a kernel with more tiles must not find another's partials
     on its counters."""
-    assert launch.split_k_counter_bytes(16) == 256 and launch.split_k_counter_bytes(512) == 2048
-    assert launch.split_k_workspace(512, 2, 64) == 2048 + 2 * 512 * 64 * 4
+    assert launch.split_k_counter_bytes(7) == 256 and launch.split_k_counter_bytes(512) == 512 * 36
+    assert launch.split_k_workspace(512, 2, 64) == 512 * 36 + 2 * 512 * 64 * 4
 
 
 def test_kmajor_tile_and_smem():

@@ -11,7 +11,7 @@ Batched, the kernel body is one member's product (gemm_member) that gemm_kernel 
 blockIdx.z; a fused epilogue goes through common/epilogue_vec.cuh's store.
 Split-K (SPLIT_K, `split_k`): split blockIdx.y multiplies a contiguous run of the K tiles (the body sees A,
 B and K narrowed to it), stores its accumulators as an fp32 partial tile and arrives on the tile's counter
-(templates/common/split_k.cuh); the last split sums the partials in split order into its accumulators and
+(templates/common/split_k.cuh); the last split sums the partials in a fixed order into its accumulators and
 runs the usual epilogue once (alpha, beta·C, a fused epilogue). 1 (the default) renders the kernel without
 the split-K steps or arguments, byte for byte the source the family had before split-K; 0 lets the
 launcher choose per shape. TF32 entries read row-major B in place (no transposed copy, unlike the Hopper

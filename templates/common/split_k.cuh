@@ -1,11 +1,17 @@
 // ---- split-K: several blocks share one C tile, each summing a slice of K -------------------------
 // A family with split_k = True gets `splits` from the launcher (gridDim.y for one-block-per-tile
 // kernels, an argument for persistent ones) and a workspace as its last argument, laid out as
-//   [tiles] unsigned counters   (zero between launches: the last block of a tile resets its own)
+//   [tiles] unsigned counters, then [tiles][SPLIT_K_MAX_GROUPS] the groups' counters (zero between
+//       launches: the last block to arrive on a counter resets it), padded to 256 bytes
 //   [splits][tiles][ELEMS] fp32 partial tiles, element e of thread t at e * NTHREADS + t (coalesced)
-// Every split stores its partial, then arrives on the tile's counter; the split that arrives last adds
-// the partials in split order 0, 1, ... (its own from registers) — so the result is bitwise the same
-// whichever block finishes last — and runs the epilogue once. Partial sums stay fp32 whatever T_IN is.
+// Every split stores its partial and arrives. With few splits the last to arrive on the tile's counter adds
+// the partials in split order 0, 1, ... and runs the epilogue once. With many (split_k_group_size) they sum
+// in two levels (split_k_combine): the last of each group of consecutive splits adds its group's partials
+// in order and stores the sum in the group's first slot, and the last group to arrive adds the groups'
+// sums in order. Either way the order is fixed, so the result is bitwise the same whichever block finishes
+// last; the two levels shorten the chain of L2 round trips the last block waits on (32 splits: 12, not 32).
+// Partial sums stay fp32 whatever T_IN is.
+constexpr int SPLIT_K_MAX_GROUPS = 8;  // cupy_gemm/workspace.py sizes the counters by it
 
 // One work unit of a persistent kernel: K blocks of one C tile, as one of the splits that share the tile
 struct WorkUnit {
@@ -33,56 +39,96 @@ __device__ __forceinline__ unsigned* split_k_counters(void* workspace) {
 }
 
 __device__ __forceinline__ float* split_k_partial(void* workspace, int tiles, int tile, int split, int elems) {
-    // counters padded to 256 bytes so partial tiles start aligned
+    // the counters padded to 256 bytes so partial tiles start aligned
     float* partials = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
-                                               ((tiles * 4 + 255) / 256) * 256);
+                                               ((tiles * 4 * (1 + SPLIT_K_MAX_GROUPS) + 255) / 256) * 256);
     return partials + ((long long)split * tiles + tile) * elems;
 }
 
+// The distance between two splits' partials of one tile (split_k_partial's layout)
+__device__ __forceinline__ long long split_k_stride(int tiles, int elems) { return (long long)tiles * elems; }
+
 // Called by every thread of the NTHREADS that hold the tile (after storing their partial), between two
-// barriers of those threads that the caller supplies: returns true in every thread of the last split.
-// `flag` is a shared int the caller owns. The counter is reset here, so the next launch starts at zero.
+// barriers of those threads that the caller supplies: returns true in every thread of the block that
+// arrives last of `arrivals` on `counter`, which it resets, so the next launch starts at zero. `flag` is a
+// shared int the caller owns.
 template <typename Sync>
-__device__ __forceinline__ bool split_k_arrive(void* workspace, int tile, int splits, int tid, int* flag,
-                                               Sync sync) {
+__device__ __forceinline__ bool split_k_arrive_on(unsigned* counter, int arrivals, int tid, int* flag, Sync sync) {
     __threadfence();  // this thread's partial is visible device-wide before the block arrives
     sync();
     if (tid == 0) {
-        unsigned* counter = split_k_counters(workspace) + tile;
         const unsigned before = atomicAdd(counter, 1u);
-        const bool last = before == (unsigned)splits - 1;
+        const bool last = before == (unsigned)arrivals - 1;
         if (last) atomicExch(counter, 0u);
         *flag = last;
     }
     sync();
     const bool last = *flag != 0;
-    if (last) __threadfence();  // acquire: the other splits' partials are read after their arrivals
+    if (last) __threadfence();  // acquire: the others' partials are read after their arrivals
     sync();  // flag may be reused by the caller's next tile
     return last;
 }
 
-// The last split's sum, in split order 0, 1, ..., splits - 1 (its own partial read back like the others'),
-// so the result is bitwise the same whichever block arrives last. This thread's share of a partial is E
-// groups of V floats (V = 1, or 4 for a float4), group e at (e * THREADS_ + t) * V floats into the split's
-// partial tile, and at(i) is float i of the sum (group i / V, float i % V), which starts from zero. The
-// loads of GROUP splits are issued before their adds, which keep split order, so the bits do not change.
-// Two splits in flight (split_k_group) made the warpgroup kernels up to 5% faster at split shapes, and an
-// mma.sync tile 12% (H200, 33×1001×4095); sgemm_simt's 8×4 tile lost 8% with two, so it keeps one.
+// The one-level protocol on the tile's counter (the skinny kernels sum their partials themselves)
+template <typename Sync>
+__device__ __forceinline__ bool split_k_arrive(void* workspace, int tile, int splits, int tid, int* flag,
+                                               Sync sync) {
+    return split_k_arrive_on(split_k_counters(workspace) + tile, splits, tid, flag, sync);
+}
+
+// Splits a group of the two-level sum, for a gather with `in_flight` slots' loads at once: about √splits (at
+// most SPLIT_K_MAX_GROUPS groups) where two levels wait on fewer L2 round trips than one, counting a level
+// as SPLIT_K_LEVEL_COST more (the group sum's stores, the fence, the arrival); else splits, one level. On
+// an H200 two levels ran 1.01-1.16x faster at 16 to 32 splits and 5-13% slower at 5 to 10, which the cost
+// of 4 sorts apart.
+constexpr int SPLIT_K_LEVEL_COST = 4;
+
+__host__ __device__ constexpr int split_k_group_size(int splits, int in_flight) {
+    int size = 1;
+    while (size * size < splits) ++size;
+    const int fewest = (splits + SPLIT_K_MAX_GROUPS - 1) / SPLIT_K_MAX_GROUPS;
+    size = size > fewest ? size : fewest;
+    const int groups = (splits + size - 1) / size;
+    const int one = (splits + in_flight - 1) / in_flight;
+    const int two = (size + in_flight - 1) / in_flight + (groups + in_flight - 1) / in_flight + SPLIT_K_LEVEL_COST;
+    return two < one ? size : splits;
+}
+
+// This thread's share of a partial tile: E groups of V floats (V = 1, or 4 for a float4), group e at
+// (e * THREADS_ + t) * V floats into the slot; at(i) is float i (group i / V, float i % V).
+template <int THREADS_, int E, int V, typename At>
+__device__ __forceinline__ void split_k_put(At at, float* slot, int t) {
+    static_assert(V == 1 || V == 4, "floats or float4s");
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        if constexpr (V == 4) {
+            __stcg(reinterpret_cast<float4*>(slot) + e * THREADS_ + t,
+                   make_float4(at(4 * e), at(4 * e + 1), at(4 * e + 2), at(4 * e + 3)));
+        } else {
+            __stcg(slot + e * THREADS_ + t, at(e));
+        }
+    }
+}
+
+// at := the sum of `count` slots first, first + step, ... in that order, from zero. The loads of GROUP
+// slots are issued before their adds (a slot past the last is loaded again and not added: no branches
+// around the loads). Two in flight made the warpgroup and mma.sync kernels up to 5% faster at split shapes
+// (H200); sgemm_simt's 8×4 tile lost 8% with two, so it keeps one (split_k_group).
 __host__ __device__ constexpr int split_k_group(int floats) { return floats >= 64 ? 1 : 2; }
 
 template <int THREADS_, int E, int V, int GROUP, typename At>
-__device__ __forceinline__ void split_k_gather(At at, const float* split0, long long split_stride, int splits, int t) {
+__device__ __forceinline__ void split_k_gather(At at, const float* slot0, long long slot_stride, int first, int count,
+                                               int step, int t) {
     static_assert(V == 1 || V == 4, "floats or float4s");
-    static_assert(GROUP >= 1, "at least one split in flight");
+    static_assert(GROUP >= 1, "at least one slot in flight");
     constexpr int FLOATS = E * V;
 #pragma unroll
     for (int i = 0; i < FLOATS; ++i) at(i) = 0.f;
-    for (int s0 = 0; s0 < splits; s0 += GROUP) {
+    for (int j0 = 0; j0 < count; j0 += GROUP) {
         float v[GROUP][FLOATS];
 #pragma unroll
         for (int g = 0; g < GROUP; ++g) {
-            if (s0 + g >= splits) continue;
-            const float* const part = split0 + (s0 + g) * split_stride;
+            const float* const part = slot0 + (first + min(j0 + g, count - 1) * step) * slot_stride;
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 if constexpr (V == 4) {
@@ -97,30 +143,50 @@ __device__ __forceinline__ void split_k_gather(At at, const float* split0, long 
         for (int g = 0; g < GROUP; ++g)
 #pragma unroll
             for (int i = 0; i < FLOATS; ++i)
-                if (s0 + g < splits) at(i) += v[g][i];
+                if (j0 + g < count) at(i) += v[g][i];
     }
 }
 
-// The distance between two splits' partials of one tile (split_k_partial's layout)
-__device__ __forceinline__ long long split_k_stride(int tiles, int elems) { return (long long)tiles * elems; }
+// Split `split` of `splits` of the tile: stores its partial (at, split_k_put's layout), arrives, and in the
+// block that arrives last overall leaves the tile's sum in at and returns true (that block then stores C);
+// false in every other block. Called by the THREADS_ threads that hold the tile, between barriers of those
+// threads that `sync` supplies (thread t of them); `flag` is a shared int the caller owns. TWO_LEVELS = false:
+// one level whatever the splits, for a kernel whose registers have no room for the second.
+template <int THREADS_, int E, int V, int GROUP, bool TWO_LEVELS = true, typename At, typename Sync>
+__device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tiles, int tile, int split, int splits,
+                                                int t, int* flag, Sync sync) {
+    constexpr int ELEMS = THREADS_ * E * V;
+    // (the partials' addresses are worked out again after each arrival: kept live across it, they made a
+    // register-bound mma.sync tile spill)
+    split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, split, ELEMS), t);
+    const int size = TWO_LEVELS ? split_k_group_size(splits, GROUP) : splits;
+    const int group = split / size, first = group * size;
+    unsigned* const counters = split_k_counters(workspace);
+    if (size == splits) {  // one group: the tile's counter, and the tile's sum
+        if (!split_k_arrive_on(counters + tile, splits, t, flag, sync)) return false;
+        split_k_gather<THREADS_, E, V, GROUP>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+                                              split_k_stride(tiles, ELEMS), 0, splits, 1, t);
+        return true;
+    }
+    const int members = min(size, splits - first);
+    if (!split_k_arrive_on(counters + tiles + tile * SPLIT_K_MAX_GROUPS + group, members, t, flag, sync)) return false;
+    split_k_gather<THREADS_, E, V, GROUP>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+                                          split_k_stride(tiles, ELEMS), first, members, 1, t);
+    split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, first, ELEMS), t);  // in its first slot
+    const int groups = (splits + size - 1) / size;
+    if (!split_k_arrive_on(counters + tile, groups, t, flag, sync)) return false;
+    split_k_gather<THREADS_, E, V, GROUP>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+                                          split_k_stride(tiles, ELEMS), 0, groups, size, t);
+    return true;
+}
 
-// The warpgroup kernels' side (templates/wgmma.cu.j2, wgmma_tf32_swap.cu.j2): the THREADS_ consumer threads
-// hold the tile as fragments acc[MI][N], element e = mi * N + i of thread c at e * THREADS_ + c (each warp
-// store 128 contiguous bytes). They store this split's partial and arrive (`sync`: a barrier of those
-// threads only, the producer is already loading the next unit); in the last split acc becomes split_k_gather's
-// sum. Returns whether this was the last split, which then stores C.
+// The warpgroup kernels' side (templates/wgmma.cu.j2, wgmma_fp8.cu.j2, wgmma_tf32_swap.cu.j2): the THREADS_
+// consumer threads hold the tile as fragments acc[MI][N], element e = mi * N + i of thread c at e * THREADS_ + c
+// (each warp store 128 contiguous bytes); `sync` is a barrier of those threads only (the producer is already
+// loading the next unit). In the last split acc becomes the tile's sum; returns whether this was it.
 template <int THREADS_, int MI, int N, typename Sync>
 __device__ __forceinline__ bool split_k_fragments(float (&acc)[MI][N], void* workspace, int tiles, int tile, int split,
                                                   int splits, int c, int* flag, Sync sync) {
-    constexpr int ELEMS = MI * N * THREADS_;
-    float* const mine = split_k_partial(workspace, tiles, tile, split, ELEMS) + c;
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int i = 0; i < N; ++i) __stcg(mine + (mi * N + i) * THREADS_, acc[mi][i]);
-    if (!split_k_arrive(workspace, tile, splits, c, flag, sync)) return false;
-    split_k_gather<THREADS_, MI * N, 1, split_k_group(MI * N)>(
-        [&](int i) -> float& { return acc[i / N][i % N]; }, split_k_partial(workspace, tiles, tile, 0, ELEMS),
-        split_k_stride(tiles, ELEMS), splits, c);
-    return true;
+    return split_k_combine<THREADS_, MI * N, 1, split_k_group(MI * N)>(
+        [&](int i) -> float& { return acc[i / N][i % N]; }, workspace, tiles, tile, split, splits, c, flag, sync);
 }

@@ -12,7 +12,7 @@
 //     B's slices together), and a tile waits for s partials at most. With fewer tiles than blocks the
 //     launcher starts only the T * s blocks that take a share (the same partition on that grid).
 // The blocks that share a tile are its splits, numbered in order along K, and sum their fp32 partials
-// as split-K's splits do (common/split_k.cuh): the last to arrive adds them in split order, so the result
+// as split-K's splits do (common/split_k.cuh): in a fixed order whoever arrives last, so the result
 // is bitwise repeatable. cupy_gemm/stream_k.py mirrors both partitions for the launcher, which sizes the
 // workspace for the most splits any tile has.
 constexpr int STREAM_K_TAIL_SPLITS = 8;  // past this a tile's s partials cost more than its share saves

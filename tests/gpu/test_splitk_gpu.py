@@ -117,14 +117,15 @@ def check_fortran_order(v):
     _check(v, a, b, c=c, alpha=1.5, beta=0.25)
 
 
-@pytest.mark.parametrize("splits", [None, 7])
+@pytest.mark.parametrize("splits", [None, 7, 32])
 @pytest.mark.parametrize("name", NEW)
 def test_bitwise_repeatable(name, splits):
-    """The last split adds the partials in split order whoever arrives last: the same inputs give the same
-    bytes, also after other split-K products have used (and reset) the workspace's counters."""
+    """The partials are added in a fixed order whoever arrives last (7 in one level, 32 in two: groups of 6,
+    templates/common/split_k.cuh): the same inputs give the same bytes, also after other split-K products have
+    used (and reset) the workspace's counters."""
     v = _variant(name, splits)
     m, n, k = 64, 2048, 4096
-    assert splits == 7 or _splits(v, m, n, k) > 1, "the shape must split"
+    assert splits or _splits(v, m, n, k) > 1, "the shape must split"
     a, b = _operands(v, m, n, k, seed=41)
     first = _check(v, a, b)
     other = _variant(name, 2)
