@@ -156,8 +156,8 @@ template <int THREADS_, int E, int V, int GROUP, bool TWO_LEVELS = true, typenam
 __device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tiles, int tile, int split, int splits,
                                                 int t, int* flag, Sync sync) {
     constexpr int ELEMS = THREADS_ * E * V;
-    // (the partials' addresses are worked out again after each arrival: kept live across it, they made a
-    // register-bound mma.sync tile spill)
+    // (the partials' addresses are worked out again after each arrival rather than kept live across it:
+    // registers are tight in some mma.sync tiles)
     split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, split, ELEMS), t);
     const int size = TWO_LEVELS ? split_k_group_size(splits, GROUP) : splits;
     const int group = split / size, first = group * size;
