@@ -168,10 +168,10 @@ __device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tile
                                               split_k_stride(tiles, ELEMS), 0, splits, 1, t);
         return true;
     }
-    const int members = min(size, splits - first);
-    if (!split_k_arrive_on(counters + tiles + tile * SPLIT_K_MAX_GROUPS + group, members, t, flag, sync)) return false;
+    const int in_group = min(size, splits - first);  // the last group may be short
+    if (!split_k_arrive_on(counters + tiles + tile * SPLIT_K_MAX_GROUPS + group, in_group, t, flag, sync)) return false;
     split_k_gather<THREADS_, E, V, GROUP>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
-                                          split_k_stride(tiles, ELEMS), first, members, 1, t);
+                                          split_k_stride(tiles, ELEMS), first, in_group, 1, t);
     split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, first, ELEMS), t);  // in its first slot
     const int groups = (splits + size - 1) / size;
     if (!split_k_arrive_on(counters + tile, groups, t, flag, sync)) return false;
