@@ -306,7 +306,8 @@ def test_float16_accumulation_does_not_split():
 @pytest.mark.parametrize("splits,batch", [(2, 1), (3, 5), (7, 1)])
 def test_split_grid_and_workspace(name, splits, batch):
     """One block per (tile, split, member): the split in blockIdx.y, the member in blockIdx.z; the workspace
-    holds a tile's counter and its split groups' per tile of every member, then splits × tiles fp32 partial tiles."""
+    holds a counter and 8 split groups' counters per tile of every member, then splits × tiles fp32 partial
+    tiles."""
     v = _split(name, splits).with_extras(batched=batch > 1)
     bm, bn = FAMILY.tile(v.params)
     m, n, k = 100, 1000, 5000
