@@ -78,12 +78,17 @@ def decode_warps(bn: int, mma: int = 1) -> int:
     return bn // 16 if mma or bn <= 128 else bn // 32
 
 
+def deepest_ring(smem_of, blocks_per_sm: int = 1) -> int:
+    """The deepest ring up to DECODE_STAGES with which blocks_per_sm blocks of smem_of(stages) bytes each fit
+    in an SM's shared memory together; 0 where not even 2 stages fit."""
+    fits = lambda s: blocks_per_sm * (smem_of(s) + 1024) <= SM_SHARED_BYTES
+    return max((s for s in range(2, DECODE_STAGES + 1) if fits(s)), default=0)
+
+
 def decode_stages(rows: int, bn: int, cs: int, blocks_per_sm: int = 1) -> int:
-    """The deepest ring up to DECODE_STAGES with which blocks_per_sm blocks (block scales: the largest
-    stage) fit in an SM's shared memory together; at least 2."""
-    fits = lambda s: blocks_per_sm * (decode_smem_bytes(dict(ROWS=rows, BN=bn, CS=cs, STAGES=s, SCALING=2), "", "")
-                                      + 1024)
-    return max((s for s in range(2, DECODE_STAGES + 1) if fits(s) <= SM_SHARED_BYTES), default=2)
+    """deepest_ring of the FP8 decode kernel (block scales: the largest stage), at least 2."""
+    return deepest_ring(lambda s: decode_smem_bytes(dict(ROWS=rows, BN=bn, CS=cs, STAGES=s, SCALING=2), "", ""),
+                        blocks_per_sm) or 2
 
 
 def decode_layout(m: int, n: int, k: int, sm_count: int, mode: str = "tensor") -> tuple[int, int, int, int] | None:

@@ -26,7 +26,7 @@ from cupy_gemm import registry, verify
 from cupy_gemm.compile import precompile
 from cupy_gemm.families.decode import MAX_WGMMA_ACCUMULATORS, WGMMA_ROWS, smem_bytes, wgmma_accumulators
 from cupy_gemm.measure.corpus_timing import Rotation, rotation_count, time_rounds
-from cupy_gemm.scaled_choice import DECODE_STAGES, SM_SHARED_BYTES
+from cupy_gemm.scaled_choice import deepest_ring
 
 ROWS = (1, 8, 16)
 PROJECTIONS = ("4096x4096,1024x4096,14336x4096,4096x14336,1024x8192,2048x7168,10240x8192,28672x8192,8192x28672,"
@@ -60,11 +60,10 @@ def layout_variants(dtype, layout, m, n, k, sm_count):
         each = -(-blocks // sm_count)
         for warps in sorted({4, bn // 16}):
             p = dict(ROWS=rows, BN=bn, BK=64, WARPS=warps, CS=cs, MMA=1)
-            fits = [s for s in range(2, DECODE_STAGES + 1)
-                    if each * (smem_bytes({**p, "STAGES": s}, dtype, "float32") + 1024) <= SM_SHARED_BYTES]
-            if fits and wgmma_accumulators(rows, bn, warps) <= MAX_WGMMA_ACCUMULATORS:
-                found.append(registry.make_variant(family, f"{prefix}_r{rows}_n{bn}_c{cs}_stages{fits[-1]}_w{warps}",
-                                                   dtype, {**p, "STAGES": fits[-1]}))
+            stages = deepest_ring(lambda s: smem_bytes({**p, "STAGES": s}, dtype, "float32"), each)
+            if stages and wgmma_accumulators(rows, bn, warps) <= MAX_WGMMA_ACCUMULATORS:
+                found.append(registry.make_variant(family, f"{prefix}_r{rows}_n{bn}_c{cs}_stages{stages}_w{warps}",
+                                                   dtype, {**p, "STAGES": stages}))
     return found
 
 

@@ -110,24 +110,24 @@ __device__ __forceinline__ void split_k_put(At at, float* slot, int t) {
     }
 }
 
-// at := the sum of `count` slots first, first + step, ... in that order, from zero. The loads of GROUP
+// at := the sum of `count` slots first, first + step, ... in that order, from zero. The loads of IN_FLIGHT
 // slots are issued before their adds (a slot past the last is loaded again and not added: no branches
 // around the loads). Two in flight made the warpgroup and mma.sync kernels up to 5% faster at split shapes
-// (H200); sgemm_simt's 8×4 tile lost 8% with two, so it keeps one (split_k_group).
-__host__ __device__ constexpr int split_k_group(int floats) { return floats >= 64 ? 1 : 2; }
+// (H200); sgemm_simt's 8×4 tile lost 8% with two, so it keeps one (split_k_in_flight).
+__host__ __device__ constexpr int split_k_in_flight(int floats) { return floats >= 64 ? 1 : 2; }
 
-template <int THREADS_, int E, int V, int GROUP, typename At>
+template <int THREADS_, int E, int V, int IN_FLIGHT, typename At>
 __device__ __forceinline__ void split_k_gather(At at, const float* slot0, long long slot_stride, int first, int count,
                                                int step, int t) {
     static_assert(V == 1 || V == 4, "floats or float4s");
-    static_assert(GROUP >= 1, "at least one slot in flight");
+    static_assert(IN_FLIGHT >= 1, "at least one slot in flight");
     constexpr int FLOATS = E * V;
 #pragma unroll
     for (int i = 0; i < FLOATS; ++i) at(i) = 0.f;
-    for (int j0 = 0; j0 < count; j0 += GROUP) {
-        float v[GROUP][FLOATS];
+    for (int j0 = 0; j0 < count; j0 += IN_FLIGHT) {
+        float v[IN_FLIGHT][FLOATS];
 #pragma unroll
-        for (int g = 0; g < GROUP; ++g) {
+        for (int g = 0; g < IN_FLIGHT; ++g) {
             const float* const part = slot0 + (first + min(j0 + g, count - 1) * step) * slot_stride;
 #pragma unroll
             for (int e = 0; e < E; ++e) {
@@ -140,7 +140,7 @@ __device__ __forceinline__ void split_k_gather(At at, const float* slot0, long l
             }
         }
 #pragma unroll
-        for (int g = 0; g < GROUP; ++g)
+        for (int g = 0; g < IN_FLIGHT; ++g)
 #pragma unroll
             for (int i = 0; i < FLOATS; ++i)
                 if (j0 + g < count) at(i) += v[g][i];
@@ -152,30 +152,30 @@ __device__ __forceinline__ void split_k_gather(At at, const float* slot0, long l
 // false in every other block. Called by the THREADS_ threads that hold the tile, between barriers of those
 // threads that `sync` supplies (thread t of them); `flag` is a shared int the caller owns. TWO_LEVELS = false:
 // one level whatever the splits, for a kernel whose registers have no room for the second.
-template <int THREADS_, int E, int V, int GROUP, bool TWO_LEVELS = true, typename At, typename Sync>
+template <int THREADS_, int E, int V, int IN_FLIGHT, bool TWO_LEVELS = true, typename At, typename Sync>
 __device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tiles, int tile, int split, int splits,
                                                 int t, int* flag, Sync sync) {
     constexpr int ELEMS = THREADS_ * E * V;
     // (the partials' addresses are worked out again after each arrival rather than kept live across it:
     // registers are tight in some mma.sync tiles)
     split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, split, ELEMS), t);
-    const int size = TWO_LEVELS ? split_k_group_size(splits, GROUP) : splits;
+    const int size = TWO_LEVELS ? split_k_group_size(splits, IN_FLIGHT) : splits;
     const int group = split / size, first = group * size;
     unsigned* const counters = split_k_counters(workspace);
     if (size == splits) {  // one group: the tile's counter, and the tile's sum
         if (!split_k_arrive_on(counters + tile, splits, t, flag, sync)) return false;
-        split_k_gather<THREADS_, E, V, GROUP>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+        split_k_gather<THREADS_, E, V, IN_FLIGHT>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
                                               split_k_stride(tiles, ELEMS), 0, splits, 1, t);
         return true;
     }
     const int in_group = min(size, splits - first);  // the last group may be short
     if (!split_k_arrive_on(counters + tiles + tile * SPLIT_K_MAX_GROUPS + group, in_group, t, flag, sync)) return false;
-    split_k_gather<THREADS_, E, V, GROUP>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+    split_k_gather<THREADS_, E, V, IN_FLIGHT>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
                                           split_k_stride(tiles, ELEMS), first, in_group, 1, t);
     split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, first, ELEMS), t);  // in its first slot
     const int groups = (splits + size - 1) / size;
     if (!split_k_arrive_on(counters + tile, groups, t, flag, sync)) return false;
-    split_k_gather<THREADS_, E, V, GROUP>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+    split_k_gather<THREADS_, E, V, IN_FLIGHT>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
                                           split_k_stride(tiles, ELEMS), 0, groups, size, t);
     return true;
 }
@@ -187,6 +187,6 @@ __device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tile
 template <int THREADS_, int MI, int N, typename Sync>
 __device__ __forceinline__ bool split_k_fragments(float (&acc)[MI][N], void* workspace, int tiles, int tile, int split,
                                                   int splits, int c, int* flag, Sync sync) {
-    return split_k_combine<THREADS_, MI * N, 1, split_k_group(MI * N)>(
+    return split_k_combine<THREADS_, MI * N, 1, split_k_in_flight(MI * N)>(
         [&](int i) -> float& { return acc[i / N][i % N]; }, workspace, tiles, tile, split, splits, c, flag, sync);
 }
