@@ -69,6 +69,8 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
         cluster_tiles = -(-m // fam.cluster_rows(p)) * -(-n // bn) * batch
         slots = clusters if clusters is not None else max(1, (sm_count or cluster) // cluster)
         grid = (min(cluster_tiles * splits, fam.persistent * slots) * cluster, 1, 1)
+        if splits > 1:  # split-K (CLUSTER, not KCLUSTER): each block's part of a cluster tile is a workspace tile
+            split_tiles = cluster_tiles * cluster
     elif stream_k_mode:
         grid = (blocks, 1, 1)
     elif fam.persistent:

@@ -2,11 +2,12 @@
 import numpy as np
 import pytest
 
-from cupy_gemm import tma
+from cupy_gemm import launch, tma
 from cupy_gemm.compile import compile_variant
 from cupy_gemm.errors import CompileError, ConfigError, DeviceError, InputError
 from cupy_gemm.registry import Variant, catalogue, family, make_variant
 from cupy_gemm.render import render
+from cupy_gemm.workspace import split_k_workspace
 
 WGMMA = family("wgmma")
 NAMES = [n for n, v in catalogue().items() if v.family is WGMMA]
@@ -299,8 +300,9 @@ def test_kmajor_reads_b_without_the_transpose_bit(name):
 def test_kmajor_clusters_share_rows_of_b():
     p = {**catalogue()[FLAGSHIP].params, "CLUSTER": 2}
     make_variant(KMAJOR, "ok", "float16", p)  # one 64-wide k box: split by rows, not by boxes
-    with pytest.raises(ConfigError, match="1 with split-K or PINGPONG") as e:
-        make_variant(KMAJOR, "bad", "float16", {**p, "SPLIT_K": 0})
+    make_variant(KMAJOR, "ok_splitk", "float16", {**p, "SPLIT_K": 0})
+    with pytest.raises(ConfigError, match="1 with PINGPONG") as e:
+        make_variant(KMAJOR, "bad", "float16", {**p, "BN": 128, "PINGPONG": 1})
     assert e.value.param == "CLUSTER"
 
 
@@ -324,8 +326,20 @@ def test_clusters_of_four_share_rows_of_k_where_the_boxes_do_not_divide(monkeypa
     for params, box_rows in ((v.params, 16), ({**catalogue()[FLAGSHIP].params, "CLUSTER": 4}, 64)):
         b = _maps_of(monkeypatch, make_variant(WGMMA, "c4", "float16", params), ldb=1000)[1]
         assert (b["rows"], b["box_rows"], b["box_cols"]) == (4096, box_rows, 64)
-    with pytest.raises(ConfigError, match="1 with split-K or PINGPONG") as e:
-        make_variant(WGMMA, "c4s", "float16", {**v.params, "SPLIT_K": 0})
+
+
+def test_clusters_that_split_k_keep_a_workspace_tile_per_block():
+    """With split-K a cluster's blocks take one K slice of a cluster tile each; every block's part is its own
+    workspace tile (cluster tile * CLUSTER + rank), so the launcher counts the cluster tiles' parts, which
+    exceed the plain tiles where M ends inside a cluster tile (150 rows: 3 rows of 64×64 tiles, 2 of pairs)."""
+    v = catalogue()["hgemm_wgmma_m64n64k16_tile64x64_bk128_stages6_ws1_cluster2_splitk"]
+    assert "(tile_id - (tiles - split_tiles)) * CLUSTER + rank" in render(v)
+    cfg = launch.launch_config(v, 150, 1024, 8192, 132)
+    assert cfg.splits > 1 and cfg.cluster == 2 and cfg.tiles == 3 * 16 and cfg.split_tiles == 2 * 2 * 16
+    assert cfg.grid[0] <= 132 and cfg.grid[0] % 2 == 0
+    assert cfg.workspace == split_k_workspace(2 * 2 * 16, cfg.splits, 64 * 64)
+    with pytest.raises(ConfigError, match="1 with PINGPONG") as e:
+        make_variant(WGMMA, "cp", "float16", {**catalogue()[FLAGSHIP].params, "BN": 128, "CLUSTER": 2, "PINGPONG": 1})
     assert e.value.param == "CLUSTER"
 
 

@@ -89,7 +89,7 @@ def test_clustered_grids_are_whole_clusters_that_run_at_once(name):
         cfg = launch.launch_config(v, m, n, 1000, sm_count=132, clusters=slots)
         cluster_tiles = -(-m // rows) * -(-n // bn)
         assert cfg.cluster == size and cfg.grid[0] % size == 0
-        assert cfg.grid[0] == size * min(cluster_tiles, 132 // size if slots is None else slots)
+        assert cfg.grid[0] == size * min(cluster_tiles * cfg.splits, 132 // size if slots is None else slots)
     assert launch.launch_config(CATALOGUE["hgemm_wgmma_m64n256k16_stages4_ws2"], 5000, 3000, 1000,
                                 sm_count=132).cluster == 1
 

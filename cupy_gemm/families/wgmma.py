@@ -168,9 +168,9 @@ def _rule_cluster(p, dtype, acc):
     they walk the same tiles in step, one wgmma per k step."""
     if p["CLUSTER"] == 1:
         return
-    if p["SPLIT_K"] != 1 or p["PINGPONG"]:
-        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with split-K or PINGPONG (a cluster's blocks walk the "
-                          "same tiles in step)")
+    if p["PINGPONG"]:
+        yield ConfigError("CLUSTER", p["CLUSTER"], "1 with PINGPONG (a cluster's blocks walk the same tiles in "
+                          "step)")
     if p["BN"] > 256:
         yield ConfigError("CLUSTER", p["CLUSTER"], "1 with BN > 256 (two wgmma per k step)")
 

@@ -85,6 +85,20 @@ def test_forced_splits(name, m, n, k, splits):
     _check(v, *_operands(v, m, n, k, seed=splits + m + n + k))
 
 
+CLUSTERED = [n for n in NEW if registry.lookup(n).family.cluster(registry.lookup(n).params) > 1]
+
+
+@pytest.mark.parametrize("splits", [None, 2, 5])
+@pytest.mark.parametrize("m,n,k", [(150, 1000, 4095), (193, 1536, 7000), (65, 576, 7168)])
+@pytest.mark.parametrize("name", CLUSTERED)
+def test_clusters_with_a_part_below_m(name, m, n, k, splits):
+    """Split-K in clusters along M, where M ends inside a cluster tile: a block wholly below M keeps its own
+    workspace tile and counter (cluster tile * CLUSTER + rank), and repeats give the same bytes."""
+    v = _variant(name, splits)
+    a, b = _operands(v, m, n, k, seed=71 + m)
+    assert_repeats(v, a, b, _check(v, a, b), times=2)
+
+
 @pytest.mark.parametrize("splits", [None, 3])
 @pytest.mark.parametrize("name", NEW)
 def test_alpha_beta(name, splits):
