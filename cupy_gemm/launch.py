@@ -60,7 +60,7 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
                          f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
     cluster, split_tiles, stream_k_mode = fam.cluster(p), tiles, fam.stream_k(p)
     if stream_k_mode:  # the grid, the splits and the shared tiles of one partition (cupy_gemm/stream_k.py)
-        k_blocks, slots = max(1, -(-k // p["BK"])), fam.persistent * (sm_count or 1)
+        k_blocks, slots = max(1, -(-k // fam.k_block(p))), fam.persistent * (sm_count or 1)
         blocks, splits, split_tiles = stream_k.launch(tiles, k_blocks, slots, stream_k_mode)
     else:
         splits = k_splits(variant, m, n, k, tiles, sm_count, registers, memory_bytes_per_ns)

@@ -63,7 +63,7 @@ def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: i
     fam, p = variant.family, variant.params
     if not fam.takes_split_k_args(p):
         return 1, None
-    bk = p.get("BK", 1)
+    bk = fam.k_block(p)
     k_blocks = max(1, -(-k // bk))
     if fam.stream_k(p):  # as many splits as the most blocks sharing a tile (cupy_gemm/stream_k.py)
         return stream_k.launch(tiles, k_blocks, fam.persistent * (sm_count or 1), fam.stream_k(p))[1], None

@@ -2,7 +2,7 @@
 and GPU-free sm_90a compiles of variants the API derives (the catalogue's own are in test_compile)."""
 import pytest
 
-from cupy_gemm import scaled, scaled_choice
+from cupy_gemm import scaled, scaled_choice, stream_k
 from cupy_gemm.compile import compile_variant
 from cupy_gemm.errors import ConfigError, DeviceError
 from cupy_gemm.launch import launch_config, split_k_workspace
@@ -42,6 +42,7 @@ def test_catalogue_covers_every_scaling_and_output():
     ({"CLUSTER": 2, "SPLIT_K": 2}, "SPLIT_K", "CLUSTER"),
     ({"SCALING": 2, "PROMOTE": 2}, "SCALING", "block scaling (SCALING = 2) needs PROMOTE = 1"),
     ({"PROMOTE": 2, "STAGES": 2}, "PROMOTE", "a consumer holds PROMOTE stages at once"),
+    ({"STREAM_K": 1, "SPLIT_K": 2}, "SPLIT_K", "STREAM_K"),
 ])
 def test_rules_name_the_parameter_and_the_template_repeats_them(params, param, words):
     check_rule(FP8, "bfloat16", {**BASE, **params}, param, words, TEMPLATE)
@@ -140,6 +141,23 @@ def test_a_derived_variant_compiles_without_spills(tile):
     assert ".e5m2.e4m3" in render(v)
     res = compile_variant(v, "sm_90a").resources
     assert (res.local, res.spill_stores, res.spill_loads) == (0, 0, 0), res
+
+
+@pytest.mark.parametrize("partition", [1, 2])
+def test_stream_k_walks_its_own_units_and_compiles_without_spills(partition):
+    """STREAM_K (with SPLIT_K = 0): the launcher's partition of 128-deep K-blocks (cupy_gemm/stream_k.py) sets
+    the grid, the most blocks a tile has and a workspace for the shared tiles alone."""
+    base = scaled_choice._entry_with_tile("e4m3", "e4m3", "block", "bfloat16", (128, 192))
+    v = make_variant(FP8, "sk", "bfloat16", {**base.params, "SPLIT_K": 0, "STREAM_K": partition})
+    assert '{% include "common/stream_k.cuh" %}' in TEMPLATE and "stream_k_plan<STREAM_K>" in render(v)
+    m, n, k = 1500, 3000, 128 * 9 + 16
+    tiles = -(-m // 128) * -(-n // 192)
+    blocks, splits, shared = stream_k.launch(tiles, 10, 132, partition)
+    cfg = launch_config(v, m, n, k, 132)
+    assert (cfg.grid[0], cfg.splits, cfg.split_tiles) == (blocks, splits, shared) and splits > 1
+    assert cfg.workspace == split_k_workspace(shared, splits, 128 * 192)
+    res = compile_variant(v, "sm_90a").resources
+    assert (res.local, res.spill_stores, res.spill_loads, res.static_smem) == (0, 0, 0, 0), res
 
 
 @pytest.mark.parametrize("mode,tile,splits", [("tensor", (128, 128), 4), ("block", (64, 128), 2),

@@ -124,6 +124,8 @@ class Family:
                 a whole number of clusters, at most as many as the GPU runs at once (driver.max_active_clusters).
     cluster_splits_k  params -> whether a cluster's CTAs share one C tile along K (each a K slice, summed
                 on chip) rather than take vertically adjacent tiles.
+    k_block     params -> the K one pipeline stage (and a split's least share) holds: BK where the family
+                has it (1 for those without stages), or the family's constant.
     stream_k    params -> the stream-K partition a persistent split-K kernel walks (0: none; 1, 2: the
                 modes of templates/common/stream_k.cuh, whole tiles first, then shares of the rest's K
                 blocks); the launcher sizes the grid and the workspace by cupy_gemm/stream_k.py, which
@@ -165,6 +167,7 @@ class Family:
     cluster: Callable[[Mapping[str, int]], int] = lambda p: 1
     cluster_splits_k: Callable[[Mapping[str, int]], bool] = lambda p: False
     stream_k: Callable[[Mapping[str, int]], int] = lambda p: 0
+    k_block: Callable[[Mapping[str, int]], int] = lambda p: p.get("BK", 1)
     param_index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -20,7 +20,8 @@ registers (the tensor core's own fp8 accumulation keeps fewer bits than fp32), P
 K-blocks' (half the promotions; per-tensor and row/column scales only); block scales are applied
 there (A's land in each pipeline stage with its tiles, B's are read a K-block ahead), the others in the
 epilogue. SPLIT_K != 1 splits K over several units of work per C tile (templates/common/split_k.cuh): the
-kernel then takes `int splits, void* workspace` last, as the wgmma family's split-K entries do.
+kernel then takes `int splits, void* workspace` last, as the wgmma family's split-K entries do. STREAM_K = 1
+or 2 (with SPLIT_K = 0) walks stream-K's units instead (templates/common/stream_k.cuh), as `wgmma` does.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param
-from .wgmma import A_COPY_ROWS, WARP_SPECIALISED
+from .wgmma import A_COPY_ROWS, WARP_SPECIALISED, stream_k_param, stream_k_rule
 
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128
@@ -58,8 +59,9 @@ def _rule_tiles(p, dtype, acc):
     if p["CLUSTER"] == 2 and p["BN"] % 16:
         yield ConfigError("CLUSTER", p["CLUSTER"], "1 unless BN is a multiple of 16 (each block loads BN / 2 "
                           "rows of B, whole 8-row swizzle atoms)")
-    if p["SPLIT_K"] == 0:
-        yield ConfigError("SPLIT_K", 0, "a fixed count, 1 or more (scaled_mm's default picks one per shape)")
+    if p["SPLIT_K"] == 0 and not p["STREAM_K"]:
+        yield ConfigError("SPLIT_K", 0, "a fixed count, 1 or more (scaled_mm's default picks one per shape), or 0 "
+                          "with STREAM_K")
     if p["CLUSTER"] != 1 and p["SPLIT_K"] != 1:
         yield ConfigError("SPLIT_K", p["SPLIT_K"], "1 with CLUSTER = 2 (a split's partial is one block's tile)")
 
@@ -126,12 +128,15 @@ WGMMA_FP8 = Family(
         Param("CLUSTER", 1, "blocks per cluster: vertically adjacent tiles whose B stages one TMA multicast "
               "fills (templates/common/cluster.cuh)", choices=(1, 2)),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
+        stream_k_param(),
     ),
     dtypes={"bfloat16": ("float32",), "float16": ("float32",), "float32": ("float32",)},
     **WARP_SPECIALISED,
     smem_bytes=smem_bytes,
-    rules=(_rule_tiles, _rule_formats, _rule_promotion),
+    rules=(_rule_tiles, _rule_formats, _rule_promotion, stream_k_rule),
     cluster=lambda p: p["CLUSTER"],
+    stream_k=lambda p: p["STREAM_K"],
+    k_block=lambda p: K_BLOCK,
     abi="scaled",
     make_args=make_args,
     split_k=True,

@@ -162,6 +162,37 @@ def test_split_k_is_bitwise_repeatable(mode):
     assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "bfloat16").ok
 
 
+def _stream_k(base, mode):
+    return registry.make_variant(base.family, f"{base.name}_streamk{mode}", base.dtype,
+                                 {**base.params, "SPLIT_K": 0, "STREAM_K": mode})
+
+
+@pytest.mark.parametrize("stream_k", [1, 2])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("tile", [(128, 256), (128, 128)], ids=lambda t: f"{t[0]}x{t[1]}")
+def test_stream_k(tile, mode, stream_k):
+    """Stream-K's units (whole tiles, then shares of the rest's K-blocks that start and end inside tiles): ragged
+    M and N with a K tail past the last 128-deep block (block scales per share), fewer tiles than SMs, more
+    tiles than a wave, and an output of each type; then the same bits again."""
+    base = scaled_choice._entry_with_tile("e4m3", "e4m3", mode, "bfloat16", tile)
+    v = _stream_k(base, stream_k)
+    for (m, n, k), fa, out_dtype in [((3 * tile[0] + 17, 5 * tile[1] + 8, 1040 + 16), "e4m3", "bfloat16"),
+                                     ((1500, 3000, 128 * 9 + 16), "e5m2", "float16"),
+                                     ((tile[0] + 1, 2 * tile[1], 4096), "e4m3", "float32")]:
+        _skip_without_bf16(out_dtype)
+        assert launch.launch_config(v, m, n, k, 132).splits > 1 or stream_k == 2
+        derived = scaled_choice._derived(v, f"tile{tile[0]}x{tile[1]}_streamk{stream_k}_", fa, "e4m3", mode, out_dtype)
+        run_case(m, n, k, fa=fa, mode=mode, out_dtype=out_dtype, variant=derived, seed=stream_k + k)
+    m, n, k = 1000, 3000, 2048 + 16
+    a, b = random_fp8((m, k), "e4m3", 1), random_fp8((k, n), "e4m3", 2, column_major=True)
+    sa, sb = random_scales(mode, m, n, k, 3)
+    first = cupy_gemm.scaled_mm(a, b, sa, sb, variant=v)
+    for _ in range(2):
+        again = cupy_gemm.scaled_mm(a, b, sa, sb, variant=v)
+        assert bool((again.view(cupy.uint16) == first.view(cupy.uint16)).all()), mode
+    assert check(first, a, b, sa, sb, "e4m3", "e4m3", k, "bfloat16").ok
+
+
 def test_fast_accumulation_splits_too():
     """Without promotion each split starts its own tensor-core sum at its first K-block."""
     fast = registry.lookup("fp8gemm_wgmma_m64n256k32_e4m3_tensor_fastacc_bf16")
