@@ -137,13 +137,18 @@ def test_default_tile_is_the_one_expected_first(m, n, k, mode, out_dtype, tile):
 @pytest.mark.parametrize("m,n,k,mode,tile,splits", [
     # H200 2026-11-28, µs: the best unsplit tile → this choice (torch._scaled_mm)
     (200, 2048, 16384, "tensor", (128, 128), 4),  # 64×64: 41.4 → 27.1 (33.1)
-    (384, 2048, 14336, "tensor", (128, 128), 2),  # 64×128: 40.0 → 31.5 (34.2)
+    (384, 2048, 14336, "tensor", (128, 192), 4),  # 64×128: 40.0 → 31.5 (34.2) as 128×128 ÷2; → 28.4 (11-29)
     (128, 2048, 7168, "tensor", (64, 64), 2),     # 64×64: 14.9 → 13.0 (31.8)
     (128, 4096, 14336, "block", (128, 128), 4),   # 64×128: 39.0 → 27.6 (33.3)
     (200, 2048, 16384, "block", (128, 128), 4),   # 64×128: 43.2 → 26.6
     (64, 4096, 14336, "rowcol", (64, 64), 2),     # row/column scales cost as per-tensor
-    # no split expected 10% sooner: 96 tiles of 128×128 split in two take two rounds; one round of tiles
-    (320, 4096, 14336, "tensor", (128, 128), 1),
+    # 128×192 in splits, H200 2026-11-29, µs: the pick without it → this one
+    (320, 4096, 14336, "tensor", (128, 192), 2),  # 128×128 whole: 46.3 → 41.8
+    (448, 1536, 14336, "tensor", (128, 192), 4),  # 128×128 ÷2: 30.4 → 27.6
+    (640, 2048, 14336, "tensor", (128, 192), 2),  # 128×128 whole: 49.3 → 41.0
+    # its larger partials priced in: 128×192 ÷3 ran 43.0 µs against 40.6 here
+    (128, 8192, 14336, "tensor", (128, 128), 2),
+    # no split expected 10% sooner: one round of tiles
     (512, 4096, 4096, "tensor", (128, 128), 1),
     (300, 2048, 7168, "block", (64, 128), 1),     # 128×128 ÷2 expected 5% sooner only
 ])

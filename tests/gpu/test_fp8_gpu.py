@@ -129,7 +129,7 @@ def _split(base, splits):
 
 @pytest.mark.parametrize("splits", [2, 3, 5])
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("tile", [(128, 256), (128, 128), (64, 64)], ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize("tile", [(128, 256), (128, 192), (128, 128), (64, 64)], ids=lambda t: f"{t[0]}x{t[1]}")
 def test_split_k(tile, mode, splits):
     """K sliced over SPLIT_K units per tile: ragged M and N, uneven slices with a K tail past the last 128-deep
     block (block scales per slice), more splits than K-blocks (capped by the kernel), and an output of each type."""
