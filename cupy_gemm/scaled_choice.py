@@ -36,10 +36,10 @@ TILE_COSTS = {
 # 16384, splits 2 to 4 of the tiles below. A split is taken only where expected SPLIT_MARGIN sooner than the
 # best unsplit tile: there the pick ran within 1.004× (per-tensor) and 1.002× (block) of the fastest of the
 # 17 and 12 timed choices, 1.07× and 1.14× faster (geomean; up to 1.5×, 1.6×) than the unsplit rule's tile.
-# A split tile larger than SPLIT_COST_TILE (per-tensor 128×192) pays that cost times its area over it: its partials
-# are that much larger. With it, 128×192 splits were taken at 14 of 28 shapes of 64 to 1024 rows timed on an
-# H200 (2026-11-29), 13 of them faster than the pick without it (up to 1.21×) and one slower (0.96×); priced
-# like 128×128 they were also taken where they ran up to 12% slower.
+# A split tile larger than SPLIT_COST_TILE (per-tensor 128×192) pays that cost times its area over it: its
+# partials are that much larger. With it, 128×192 splits were taken at 14 of 28 shapes of 64 to 1024 rows
+# timed on an H200 (2026-11-29), 13 of them faster than the pick without it (up to 1.21×) and one slower
+# (0.96×); priced like 128×128 they were also taken where they ran up to 12% slower.
 SPLITS = (2, 3, 4)
 SPLIT_TILES = {"tensor": ((128, 128), (128, 192), (64, 128), (64, 64)), "block": ((128, 128), (64, 128))}
 SPLIT_COST = (1000, 1500)
