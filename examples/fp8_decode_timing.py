@@ -28,7 +28,8 @@ import torch
 import cupy_gemm
 from cupy_gemm import launch, registry, scaled_choice, toolkit, verify
 from cupy_gemm.compile import precompile
-from cupy_gemm.families.decode_fp8 import MAX_WGMMA_ACCUMULATORS, wgmma_accumulators
+from cupy_gemm.families.decode import MAX_WGMMA_ACCUMULATORS
+from cupy_gemm.families.decode_fp8 import wgmma_accumulators
 from cupy_gemm.measure.corpus_timing import Rotation, time_rounds
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the operand sets of its sibling script

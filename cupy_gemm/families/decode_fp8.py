@@ -23,7 +23,6 @@ import numpy as np
 from ..errors import ConfigError, InputError
 from . import decode
 from .base import Family, Param
-from .decode import MAX_WGMMA_ACCUMULATORS
 from .wgmma_fp8 import K_BLOCK, _rule_formats
 
 BOX_BYTES = 128  # one swizzle row: a K-block of fp8
@@ -55,9 +54,9 @@ def _rule_columns(p, dtype, acc):
                           "64-column slices)")
     if not p["MMA"] and p["ROWS"] == 64:
         yield ConfigError("ROWS", 64, "16 or 32 with MMA = 0 (one or two m16 tiles); 64 needs MMA = 1")
-    if p["MMA"] and wgmma_accumulators(p["ROWS"], p["BN"], p["WARPS"]) > MAX_WGMMA_ACCUMULATORS:
+    if p["MMA"] and wgmma_accumulators(p["ROWS"], p["BN"], p["WARPS"]) > decode.MAX_WGMMA_ACCUMULATORS:
         yield ConfigError("WARPS", p["WARPS"], f"more warpgroups: {p['ROWS']} rows of {p['BN']} columns take more "
-                          f"than {MAX_WGMMA_ACCUMULATORS} accumulator registers a thread")
+                          f"than {decode.MAX_WGMMA_ACCUMULATORS} accumulator registers a thread")
     # BN % CS == 0 (each block of the cluster stores BN / CS columns) follows: CS is at most 8
 
 

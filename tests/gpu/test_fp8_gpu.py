@@ -8,7 +8,8 @@ import pytest
 import cupy_gemm
 from cupy_gemm import fp8, launch, registry, scaled, scaled_choice, tma, verify
 from cupy_gemm.errors import DTypeError, InputError
-from cupy_gemm.families.decode_fp8 import MAX_WGMMA_ACCUMULATORS, wgmma_accumulators
+from cupy_gemm.families.decode import MAX_WGMMA_ACCUMULATORS
+from cupy_gemm.families.decode_fp8 import wgmma_accumulators
 from cupy_gemm.launch import compute_capability
 
 try:
