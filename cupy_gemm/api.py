@@ -9,6 +9,7 @@ from . import batched, devices, dispatch, launch, operands, prepared, registry, 
 from . import compile as _compile
 from . import epilogue as _epilogue
 from .errors import DeviceError, DTypeError, InputError, UnknownVariantError
+from .operands import deterministic_flag
 from .registry import Variant
 from .render import render as _render_variant
 
@@ -185,8 +186,9 @@ class Plan:
     Timing a plan measures the kernel plus only the copies that call really needs."""
 
     def __init__(self, a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None,
-                 out_dtype=None):
+                 out_dtype=None, deterministic=True):
         _one_of(variant, precision)
+        deterministic = deterministic_flag(deterministic)
         self.problem = operands.check(a, b, c, out, beta, operands.out_dtype_name(out_dtype))
         self.variant = _resolve_variant(variant, self.problem, precision)
         self.device = prepared.device_of(self.problem.device_id)
@@ -196,7 +198,7 @@ class Plan:
         self.a, self.b, self.c, self.out = a, b, c, out
         self.alpha, self.beta = float(alpha), float(beta)
         self._prepared = prepared.Prepared(self.variant, self.problem, self.device, self.alpha, self.beta,
-                                           c is not None)
+                                           c is not None, deterministic=deterministic)
         if self.variant != CUBLAS:  # a few-rows kernel refuses a larger product before compiling
             operands.swap_for_rows(self.problem.m, self.problem.n, self.variant.max_rows(), where=self.variant.name)
             with self.device:  # compile and load now: errors surface here, not in the first timed call
@@ -207,8 +209,10 @@ class Plan:
             return self._prepared.run(self.a, self.b, self.c, self.out)
 
 
-def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None, out_dtype=None) -> Plan:
-    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out, precision=precision, out_dtype=out_dtype)
+def plan(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, precision=None, out_dtype=None,
+         deterministic=True) -> Plan:
+    return Plan(a, b, c, alpha=alpha, beta=beta, variant=variant, out=out, precision=precision, out_dtype=out_dtype,
+                deterministic=deterministic)
 
 
 def _given(variant, a, b, c, out, beta, precision=None, out_dtype=None):
@@ -224,7 +228,7 @@ def _given(variant, a, b, c, out, beta, precision=None, out_dtype=None):
 
 
 def matmul(a, b, *, variant=None, out=None, out_dtype=None, precision=None, epilogue=None, operands=None,
-           bias=None, activation=None, row_scale=None, col_scale=None, clamp=None):
+           bias=None, activation=None, row_scale=None, col_scale=None, clamp=None, deterministic=True):
     """a @ b for CuPy arrays, like cupy.matmul: 2-D, or N-D with broadcast batch dimensions (and NumPy's
     rules for 1-D operands), a batch running in one launch. variant: a catalogue name, "cublas", "auto", a
     Kernel, or None for the default chosen per GPU and shape (cupy_gemm.dispatch). precision (float32
@@ -245,29 +249,39 @@ def matmul(a, b, *, variant=None, out=None, out_dtype=None, precision=None, epil
     i, j (row, column) and the arrays or numbers in `operands`, read as name[i] (per row), name[j] (per
     column), name[i, j] (per element) or name (a number); e.g. epilogue="y = x * scale[j] + res[i, j]".
     The expression is checked before anything renders (cupy_gemm/epilogue.py) and compiled into the
-    kernel, once per text."""
+    kernel, once per text.
+
+    deterministic (True): a kernel that splits K over several blocks sums their fp32 partials in a fixed
+    order, so repeated calls give the same bits. False lets it add them with atomics where that is faster
+    (4 or more splits a tile, compute capability 9.0: cupy_gemm.workspace.atomic_sum): the same accuracy,
+    the last bits varying from call to call. Nothing else changes."""
     return gemm(a, b, variant=variant, out=out, out_dtype=out_dtype, precision=precision, epilogue=epilogue,
                 operands=operands, bias=bias, activation=activation, row_scale=row_scale, col_scale=col_scale,
-                clamp=clamp)
+                clamp=clamp, deterministic=deterministic)
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, variant=None, out=None, out_dtype=None, precision=None,
-         epilogue=None, operands=None, bias=None, activation=None, row_scale=None, col_scale=None, clamp=None):
+         epilogue=None, operands=None, bias=None, activation=None, row_scale=None, col_scale=None, clamp=None,
+         deterministic=True):
     """BLAS semantics: alpha·a·b + beta·c, then the fused epilogue (see matmul). The result goes to `out`
     (c itself for an in-place update, out=c), or to a new array of out_dtype (see matmul); c is read only
     when beta != 0 and has the result's dtype. N-D operands batch as in matmul; c has the result's shape.
-    precision: as for matmul."""
+    precision and deterministic: as for matmul."""
     ep, values = fused_epilogue(epilogue, operands, bias, activation, row_scale, col_scale, clamp)
     out_dtype = _out_dtype_name(out_dtype)
+    if deterministic is not True:
+        deterministic = deterministic_flag(deterministic)
     if variant is not None:
         _one_of(variant, precision)
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:
         decide = partial(_resolve_variant, needs=("batched", "epilogue") if ep else ("batched",))
-        return batched.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values, out_dtype)
+        return batched.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values, out_dtype,
+                            deterministic)
     if variant is not None:
         variant = _given(variant, a, b, c, out, beta, precision, out_dtype)
     decide = partial(_resolve_variant, needs=("epilogue",)) if ep else _resolve_variant
-    return prepared.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values, out_dtype)
+    return prepared.call(a, b, c, out, alpha, beta, variant, decide, precision, ep, values, out_dtype,
+                         deterministic)
 
 
 def fused_epilogue(steps=None, operands=None, bias=None, activation=None, row_scale=None, col_scale=None,

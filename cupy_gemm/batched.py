@@ -44,16 +44,18 @@ def check(a, b, c, out, beta: float, out_dtype: str | None = None) -> tuple[batc
     return plan, want
 
 
-def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None, out_dtype=None):
+def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None, out_dtype=None,
+         deterministic=True):
     """alpha·a@b + beta·c for operands of any dimension >= 1 (at least one not 2-D), into out, stored as
     out_dtype (as prepared.call takes it). A call whose operands needed no copy is remembered by the key
     of prepared.py: repeating it with arrays of the same shapes, strides, dtypes and alignment only
-    rebinds the addresses and launches."""
+    rebinds the addresses and launches. deterministic=False lets split-K sum by atomics (prepared.call)."""
     import cupy
-    key = prepared._key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype)
+    key = prepared._key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype, deterministic)
     known = _entries.get(key) if key is not None else None
     if known is not None:
-        return _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype)
+        return _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype,
+                      deterministic)
     plan, want = check(a, b, c, out, beta, out_dtype)
     converts = None if want == a.dtype.name else want  # C's dtype where the kernel converts
     beta = beta if c is not None else 0.0
@@ -66,7 +68,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         a3, b3, full = _matrices(a, b, out)
         folded = _fold(a3, b3, full, plan, epilogue)
         if folded is not None:
-            _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values)
+            _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values, deterministic)
             _remember(key, ("fold", plan))
             return out
         if 0 in (plan.count, plan.m, plan.n) or plan.k == 0:
@@ -76,7 +78,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
             return out
         needs = ("batched",) + (("epilogue",) if epilogue is not None else ()) + (("convert",) if converts else ())
         chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts)
-        run = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts)
+        run = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts, deterministic)
         if run is not None:
             _remember(key, ("launch", plan, run, OrderedDict()))
     return out
@@ -93,7 +95,7 @@ def _remember(key, entry) -> None:
         prepared.keep(_entries, key, entry, ENTRIES)
 
 
-def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype):
+def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype, deterministic):
     """A call with a known key: the checks that look at addresses, then the remembered way."""
     import cupy
     kind, plan = known[0], known[1]
@@ -106,7 +108,8 @@ def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogu
         out[...] = c
     a3, b3, full = _matrices(a, b, out)
     if kind == "fold":
-        _run_folded(_fold(a3, b3, full, plan, epilogue), alpha, beta, variant, decide, precision, epilogue, values)
+        _run_folded(_fold(a3, b3, full, plan, epilogue), alpha, beta, variant, decide, precision, epilogue, values,
+                    deterministic)
         return out
     run, addresses = known[2], known[3]
     member = lambda x: x[(0,) * (x.ndim - 2)]
@@ -130,9 +133,10 @@ def _matrices(a, b, out):
     return (a[None, :] if a.ndim == 1 else a), (b[:, None] if b.ndim == 1 else b), full
 
 
-def _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values):
+def _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values, deterministic):
     a2, b2, out2 = folded
-    prepared.call(a2, b2, out2 if beta else None, out2, alpha, beta, variant, decide, precision, epilogue, values)
+    prepared.call(a2, b2, out2 if beta else None, out2, alpha, beta, variant, decide, precision, epilogue, values,
+                  deterministic=deterministic)
 
 
 def _unsqueezed(out, squeeze_m: bool, squeeze_n: bool):
@@ -202,7 +206,7 @@ def _choose(variant, decide, plan, dtype, device, precision, needs, converts=Non
     return min(usable, key=lambda v: (dispatch.padded_area(v, plan.m, plan.n), -area(v)))
 
 
-def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, converts=None):
+def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, converts=None, deterministic=True):
     """The batched launch: each operand in place where its members fit the family, else copied."""
     import cupy
     fam = variant.family
@@ -241,7 +245,7 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     ld = lambda x, order: operands.leading_dim(x.shape, x.strides, x.itemsize, order)
     run = launch.prepare(variant, device, A0, B0, C0, final.m, final.n, final.k, ld(A0, "row"),
                          ld(B0, fam.b_layout or "row"), ld(C0, "row"), alpha, beta, batch=final,
-                         epilogue_params=params)
+                         epilogue_params=params, deterministic=deterministic)
     run()
     if copy_back is not None:
         out[...] = copy_back

@@ -30,7 +30,8 @@ def run(args, console) -> int:
     out = Path(args.out or ".")
     settings = corpus_bench.Settings(repeats=args.repeats, check=not args.no_check, seed=args.seed,
                                      torch=not args.no_torch, b_layout=args.b_layout,
-                                     variant=api.AUTO if args.tuned else None)
+                                     variant=api.AUTO if args.tuned else None,
+                                     deterministic=not args.nondeterministic)
     command = " ".join(["cupy-gemm", *sys.argv[1:]])
     meta, rows = corpus_bench.run(corpus.named_or_listed(args.shapes), dtypes, variants=_candidates(args),
                                   settings=settings, progress=console.print, command=command,

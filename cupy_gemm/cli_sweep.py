@@ -74,6 +74,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                       help="the corpus benchmark (also over --shapes MxNxK,…) of the default's own candidates at "
                            "each shape (candidates.toml's [timed]; --family/--variant narrow them) instead of the "
                            "default")
+    p.add_argument("--nondeterministic", action="store_true", help="corpus runs: time matmul(deterministic=False), "
+                   "split-K partials added by atomics where a kernel splits K")
     p.add_argument("--table", help="corpus runs with --candidates or --variant: write the fastest candidate per "
                    "shape as a dispatch table (kernels/dispatch/table-<gpu>.toml); with --b-layout col its entries "
                    "answer calls whose B is column-major")

@@ -12,7 +12,7 @@ from .errors import ConfigError, InputError, ModuleLoadError
 from .registry import Variant
 from .split_policy import MAX_SPLITS, MIN_K_PER_SPLIT, k_splits, resident_blocks  # noqa: F401  (launch.*)
 from .render import KERNEL_NAME
-from .workspace import split_k_counter_bytes, split_k_workspace, workspace  # noqa: F401  (launch.workspace)
+from .workspace import atomic_sum, for_launch, split_k_counter_bytes, split_k_workspace, workspace  # noqa: F401
 
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Z = 65535  # a larger batch loops over blockIdx.z
@@ -77,7 +77,7 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
     elif cluster > 1:  # clusters run along x: a whole number of them (the kernel masks the columns past N)
         grid = (-(-member_tiles // cluster) * cluster, *grid[1:])
-    workspace = split_k_workspace(split_tiles, splits, bm * bn) if fam.takes_split_k_args(p) else 0
+    workspace = split_k_workspace(split_tiles, splits, bm * bn, variant.split_atomic) if fam.takes_split_k_args(p) else 0
     return LaunchConfig(grid=grid, block=(fam.threads(p), 1, 1), smem=fam.smem_bytes(p, variant.dtype, variant.acc),
                         tiles=tiles, splits=splits, workspace=workspace, batch=batch, cluster=cluster,
                         split_tiles=split_tiles)
@@ -92,7 +92,7 @@ _loaded: dict[tuple, tuple[object, Compiled]] = {}
 
 def _identity(variant: Variant, device) -> tuple:
     return (variant.family.name, variant.name, variant.dtype, variant.acc, tuple(variant.params.items()),
-            variant.batched, variant.epilogue, variant.out_dtype, device.id)
+            variant.batched, variant.epilogue, variant.out_dtype, variant.split_atomic, device.id)
 
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
@@ -197,13 +197,8 @@ class Launch:
         self._kernel(current_stream(), self._packed.with_pointers((A.data.ptr, B.data.ptr, C.data.ptr), self._workspace()))
 
     def _workspace(self) -> int | None:
-        """The split-K workspace's address, None without splits. The workspace of the stream current at this
-        launch, not at preparation: a launch reused on another stream must not share counters with a kernel
-        still running on the first."""
-        cfg = self.config
-        if cfg.splits == 1:
-            return None
-        return workspace(self.device, cfg.workspace, split_k_counter_bytes(cfg.split_tiles), True).data.ptr
+        """The split-K workspace's address for this launch (workspace.for_launch), None without splits."""
+        return for_launch(self.device, self.config, self.variant.split_atomic)
 
     @cached_property
     def _kernel(self) -> driver.Kernel:
@@ -310,13 +305,28 @@ def _batch_kw(batch) -> dict:
     return {} if batch is None else {"batch": batch}
 
 
+def configure(variant: Variant, device, m: int, n: int, k: int, count: int = 1,
+              deterministic: bool = True) -> tuple[Variant, object, LaunchConfig]:
+    """(variant, its loaded kernel, launch configuration) for an m×n×k product (of `count` members); with
+    deterministic=False the variant's twin that adds its split-K partials by atomics, where they win."""
+    for _ in range(2):
+        kernel, compiled = load(variant, device)
+        cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers, count,
+                            cluster_slots(variant, kernel, device), devices.memory_bytes_per_ns(device.id))
+        if variant.split_atomic or not atomic_sum(variant, cfg, compute_capability(device), deterministic):
+            break
+        variant = variant.with_extras(batched=variant.batched, epilogue=variant.epilogue, out_dtype=variant.out_dtype,
+                                      split_atomic=True)
+    return variant, kernel, cfg
+
+
 def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, *, batch=None,
-            swapped: bool = False, epilogue_params=None) -> Launch:
+            swapped: bool = False, epilogue_params=None, deterministic: bool = True) -> Launch:
     """Everything a launch needs, for operands already in the family's layout and alignment: a Launch,
     which launches on CuPy's current stream when called. batch: the batching.BatchPlan of a batched
     variant in the caller's orientation (A, B and C are then member 0's; swapped: the kernel computes
     Cᵀ = Bᵀ·Aᵀ, and make_args, BatchArgs and Launch.batch get the plan transposed); epilogue_params:
-    the packed EpilogueParams of a variant with an epilogue."""
+    the packed EpilogueParams of a variant with an epilogue; deterministic: as configure takes it."""
     if variant.batched != (batch is not None) or (variant.epilogue is None) != (epilogue_params is None):
         raise InputError(f"{variant.name}: a batched variant needs a batch plan and one with an epilogue its "
                          f"parameters (and neither without)")
@@ -326,10 +336,7 @@ def prepare(variant: Variant, device, A, B, C, m, n, k, lda, ldb, ldc, alpha, be
                          f"(render it with_extras(out_dtype={c_dtype!r}) where the family converts)")
     if batch is not None and swapped:
         batch = batch.transposed()  # the kernel's view: make_args, BatchArgs and rebind all take it so
-    kernel, compiled = load(variant, device)
-    cfg = launch_config(variant, m, n, k, sm_count(device), compiled.resources.registers,
-                        1 if batch is None else batch.count, cluster_slots(variant, kernel, device),
-                        devices.memory_bytes_per_ns(device.id))
+    variant, kernel, cfg = configure(variant, device, m, n, k, 1 if batch is None else batch.count, deterministic)
     make_args = variant.family.make_args or (lambda v, *rest, **kw: pointer_args(*rest))
     args = launchable(make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, **_batch_kw(batch)))
     if batch is not None:

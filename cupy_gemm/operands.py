@@ -61,6 +61,14 @@ class Problem:
 
 
 
+def deterministic_flag(deterministic) -> bool:
+    """The `deterministic` argument as a bool: True or False (a NumPy bool too), else InputError."""
+    if not isinstance(deterministic, (bool, np.bool_)):
+        raise InputError(f"deterministic must be True (split-K sums in a fixed order, bitwise repeatable) or "
+                         f"False (atomic adds where a kernel splits K); got {deterministic!r}")
+    return bool(deterministic)
+
+
 def out_dtype_name(out_dtype) -> str | None:
     """The name of a requested output dtype (a name, a NumPy dtype or type), or None for none requested.
     Raises DTypeError for anything else, before anything runs."""

@@ -3,7 +3,8 @@
 A call's key holds everything its decisions depend on except the data: the type, shape, strides, dtype
 and device of a, b, c and out (whether c and out were given), each base address modulo 256 (a view's
 offset can break a kernel's vector or TMA alignment), the current device and stream (the split-K
-workspace is per stream), the variant argument, CUPY_TF32, alpha, beta, the epilogue and out_dtype. Two
+workspace is per stream), the variant argument, CUPY_TF32, alpha, beta, the epilogue, out_dtype and
+`deterministic`. Two
 calls with equal keys pass the same shape, dtype and device checks of operands.check, get the same variant,
 the same arrangement of the operands (in place, swapped to Cᵀ = Bᵀ·Aᵀ, or copied) and the same grid and
 scalar arguments. What looks at addresses runs on every call: the overlap checks, and the tensor maps of
@@ -55,8 +56,9 @@ class Prepared:
     first run that needs no copy records the launch, later ones reuse it with the new addresses."""
 
     def __init__(self, variant, problem: operands.Problem, device, alpha: float, beta: float, c_given: bool,
-                 epilogue=None):
+                 epilogue=None, deterministic: bool = True):
         self.variant, self.device = variant, device
+        self.deterministic = deterministic  # False: split-K sums by atomics where they win (launch.configure)
         self.epilogue = epilogue  # an epilogue.Epilogue fused into the kernel, or None
         self.out_dtype = problem.out_dtype  # C's dtype name where the kernel converts, else None
         self.result_dtype = problem.out_dtype or problem.dtype  # what a call without `out` allocates
@@ -118,7 +120,7 @@ class Prepared:
         else:
             v = v.with_extras(out_dtype=self.out_dtype)
         run = launch.prepare(v, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.ldc,
-                             self.alpha, self.beta, epilogue_params=params)
+                             self.alpha, self.beta, epilogue_params=params, deterministic=self.deterministic)
         run()
         if ops.copy_back is not None:
             dest, src = ops.copy_back
@@ -155,13 +157,14 @@ def cublas(a, b, out, alpha, beta):
     return out
 
 
-def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None, out_dtype=None):
+def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None, out_dtype=None,
+         deterministic=True):
     """alpha·a·b + beta·c into out (allocated when None), then the epilogue (an epilogue.Epilogue, its
     operands in `values`) if any, stored as out_dtype (a name, operands.out_dtype_name's; None: out's
     dtype, else a's). variant: None, a name or a Variant; decide(variant, problem, precision) ->
-    Variant or "cublas" runs on a miss only."""
+    Variant or "cublas" runs on a miss only. deterministic=False lets split-K sum by atomics."""
     alpha, beta = float(alpha), float(beta)
-    key = _key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype)
+    key = _key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype, deterministic)
     entry = recall(_entries, key)
     if entry is not None:
         if out is not None:
@@ -171,7 +174,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         return entry.run(a, b, c, out, values)
     problem = operands.check(a, b, c, out, beta, out_dtype)
     entry = Prepared(decide(variant, problem, precision), problem, device_of(problem.device_id), alpha, beta,
-                     c is not None, epilogue)
+                     c is not None, epilogue, deterministic)
     if epilogue is not None:
         if entry.is_cublas:
             raise InputError("variant='cublas' has no fused epilogue: pick a kernel of the catalogue, or None")
@@ -190,7 +193,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
     return result
 
 
-def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_dtype=None):
+def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_dtype=None, deterministic=True):
     """The call's key, or None when it is not cached: operands that are not plain CuPy arrays (the full
     check then raises the right error), or a current device other than the operands' (the launch
     switches devices, whose streams the key does not see)."""
@@ -221,7 +224,7 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_
     tf32 = token is None and dtype.char == "f" and config.allow_tf32()
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
             b_data.ptr & 255, extra, device_id, launch.current_stream(), token, alpha, beta, tf32, precision, epilogue,
-            out_dtype)
+            out_dtype, deterministic)
 
 
 def epilogue_only_source(ep, dtype: str) -> str:

@@ -52,16 +52,29 @@ class Variant:
     source_file: str = ""
     # what a call adds to the catalogue entry (render.py puts each into the source, so each is its own
     # compiled kernel): the batch index in the grid or scheduler (templates/common/batch.cuh), a fused
-    # epilogue (cupy_gemm/epilogue.py) and C's dtype where it differs from the inputs'. None is part of
-    # the name, the spec or a tuning entry.
+    # epilogue (cupy_gemm/epilogue.py), C's dtype where it differs from the inputs' and the split-K sum
+    # by atomics (templates/common/split_k.cuh's SPLIT_ATOMIC). None is part of the name, the spec or a
+    # tuning entry.
     batched: bool = False
     epilogue: object = None  # an epilogue.Epilogue, or None
     out_dtype: str | None = None  # C's dtype name when the call converts (Family.convert); None: dtype
+    split_atomic: bool = False  # split-K partials added by fp32 atomics: not bitwise repeatable
 
-    def with_extras(self, *, batched: bool = False, epilogue=None, out_dtype: str | None = None) -> "Variant":
-        """This variant rendered for a batch, with a fused epilogue and/or storing C as `out_dtype`, where
-        its family has them. out_dtype equal to the input dtype is no extra: the source stays the entry's."""
+    @property
+    def sums_atomically(self) -> bool:
+        """Whether this variant can sum its split-K partials by atomics (with_extras(split_atomic=True)): its
+        family's template can, and SPLIT_K (0: per shape, or > 1) compiles the split-K steps in."""
+        return self.family.atomic_sum and self.params.get("SPLIT_K", 1) != 1
+
+    def with_extras(self, *, batched: bool = False, epilogue=None, out_dtype: str | None = None,
+                    split_atomic: bool = False) -> "Variant":
+        """This variant rendered for a batch, with a fused epilogue, storing C as `out_dtype` and/or summing
+        its split-K partials by atomics, where its family has them. out_dtype equal to the input dtype is
+        no extra: the source stays the entry's."""
         fam = self.family
+        if split_atomic and not self.sums_atomically:
+            raise ConfigError("split_atomic", True, "a variant that splits K through the workspace (SPLIT_K other "
+                              f"than 1, in {', '.join(_with('atomic_sum'))})", where=self.name)
         if batched and not fam.batched:
             raise ConfigError("batched", True, f"a family that runs batches ({', '.join(_with('batched'))}); "
                               f"family {fam.name!r} does not", where=self.name)
@@ -77,15 +90,17 @@ class Variant:
                 raise ConfigError("out_dtype", out_dtype, f"{self.dtype} (C in the inputs' dtype): only families "
                                   f"that convert in their store ({', '.join(_with('convert'))}) write another; "
                                   f"family {fam.name!r} does not", where=self.name)
-        if (batched, epilogue, out_dtype) == (self.batched, self.epilogue, self.out_dtype):
+        extras = (batched, epilogue, out_dtype, split_atomic)
+        if extras == (self.batched, self.epilogue, self.out_dtype, self.split_atomic):
             return self
-        return replace(self, batched=batched, epilogue=epilogue, out_dtype=out_dtype)
+        return replace(self, batched=batched, epilogue=epilogue, out_dtype=out_dtype, split_atomic=split_atomic)
 
     def runs_on(self, cc: int) -> bool:
         """Whether a GPU of compute capability `cc` (e.g. 90) can run this variant: new enough for the
         family's instructions, and exactly 9.0 for Hopper-only (sm_90a) families."""
         fam = self.family
-        return cc >= fam.min_cc(self.params, self.dtype, self.acc) and (not fam.needs_sm90a or cc == 90)
+        return (cc >= fam.min_cc(self.params, self.dtype, self.acc) and (not fam.needs_sm90a or cc == 90)
+                and (not self.split_atomic or cc >= 90))  # float4 atomics
 
     def max_rows(self) -> int | None:
         """The most rows (or columns) of C the variant serves, for few-rows kernels; None: any."""

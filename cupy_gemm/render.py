@@ -43,6 +43,7 @@ def context(variant: Variant) -> dict:
         "LAYOUT": fam.layout,
         "B_LAYOUT": fam.b_layout or fam.layout,
         "BATCHED": int(variant.batched),  # templates/common/batch.cuh
+        "SPLIT_ATOMIC": int(variant.split_atomic),  # templates/common/split_k.cuh
         "EPILOGUE": variant.epilogue.render() if variant.epilogue is not None else "",  # struct + apply_epilogue
     }
 

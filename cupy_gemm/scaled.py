@@ -173,10 +173,11 @@ class _Plan:
     run() multiplies any arrays of that geometry; where the kernel reads them in place, the packed
     arguments (whose tensor maps embed addresses) are kept by address."""
 
-    def __init__(self, a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant):
+    def __init__(self, a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant, deterministic=True):
         import cupy
         for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
             require_cupy(x, name)
+        deterministic = operands.deterministic_flag(deterministic)
         try:
             out_dtype = np.dtype(out_dtype).name
         except TypeError:  # not a dtype NumPy knows: check_operands names the ones it takes
@@ -193,10 +194,9 @@ class _Plan:
         self.strided_scales = self.variant.family.name == DECODE_FAMILY  # reads A's block scales where they lie
         self.product = None
         if m and n and k:
-            with device:
-                kernel, _ = launch.load(self.variant, device)  # compile and load now: errors surface here
-                cfg = launch.launch_config(self.variant, m, n, k, launch.sm_count(device),
-                                           clusters=launch.cluster_slots(self.variant, kernel, device))
+            with device:  # compile and load now: errors surface here
+                self.variant, kernel, cfg = launch.configure(self.variant, device, m, n, k,
+                                                             deterministic=deterministic)
             self.product = launch.Launch(kernel, cfg, (), self.variant, device, (m, n, k),
                                          pdl=launch.uses_pdl(self.variant, device))
         # operands the kernel reads where they lie give the same arguments for the same addresses
@@ -243,7 +243,7 @@ _plans: OrderedDict = OrderedDict()
 _lock = threading.Lock()
 
 
-def _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant):
+def _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant, deterministic=True):
     """What _Plan's checks and choices depend on, or None where a call must take the whole path, whose
     checks say what is wrong (an argument that is not a CuPy array, a variant given as an object, a format
     or out_dtype that cannot be a key)."""
@@ -251,7 +251,7 @@ def _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, varian
     arrays = (a, b, scale_a, scale_b) if out is None else (a, b, scale_a, scale_b, out)
     if any(type(x) is not cupy.ndarray for x in arrays) or not isinstance(variant, (str, type(None))):
         return None
-    key = (format_a, format_b, out_dtype, variant, out is None,
+    key = (format_a, format_b, out_dtype, variant, deterministic, out is None,
            *[(x.shape, x.strides, x.dtype, x.device.id, x.data.ptr % 16) for x in arrays])
     try:
         hash(key)
@@ -261,15 +261,16 @@ def _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, varian
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,
-              variant=None):
+              variant=None, deterministic=True):
     """(scale_a ∘ a) · (scale_b ∘ b) for fp8 a (M×K uint8, row-major) and b (K×N uint8, column-major),
     fp32 accumulation, as out_dtype. See the module docstring for the scale shapes and where this
     differs from torch._scaled_mm. variant: a wgmma_fp8 or decode_fp8 catalogue name or Kernel, or None.
+    deterministic: as for matmul (False: split-K partials added by atomics, not bitwise repeatable).
     A repeated geometry reuses its plan: checked and chosen once (scaled_plan holds one explicitly)."""
-    key = _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
+    key = _geometry(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant, deterministic)
     plan = recall(_plans, key)
     if plan is None:
-        plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
+        plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant, deterministic)
         if key is not None:
             with _lock:
                 keep(_plans, key, plan, PLANS)
@@ -279,10 +280,10 @@ def scaled_mm(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_d
 
 
 def scaled_plan(a, b, scale_a, scale_b, *, format_a="e4m3", format_b="e4m3", out_dtype="bfloat16", out=None,
-                variant=None):
+                variant=None, deterministic=True):
     """scaled_mm with every check and choice made now: calling the result runs the product (reading the
     operands and scales as they are then) and returns the output array, the same one every call."""
-    plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant)
+    plan = _Plan(a, b, scale_a, scale_b, format_a, format_b, out_dtype, out, variant, deterministic)
     target, ldc, copy_into = plan.output(out)
     result = copy_into if copy_into is not None else target
 

@@ -12,9 +12,28 @@ def split_k_counter_bytes(tiles: int) -> int:
     return -(-tiles * 4 * (1 + SPLIT_K_MAX_GROUPS) // 256) * 256
 
 
-def split_k_workspace(tiles: int, splits: int, tile_elems: int) -> int:
-    """Bytes of templates/common/split_k.cuh's workspace: the counters, then fp32 partial tiles."""
-    return split_k_counter_bytes(tiles) + (splits * tiles * tile_elems * 4 if splits > 1 else 0)
+def split_k_workspace(tiles: int, splits: int, tile_elems: int, atomic: bool = False) -> int:
+    """Bytes of templates/common/split_k.cuh's workspace: the counters, then fp32 partial tiles, a slot a
+    split and tile, or with atomics (SPLIT_ATOMIC) one a tile."""
+    slots = 0 if splits <= 1 else 1 if atomic else splits
+    return split_k_counter_bytes(tiles) + slots * tiles * tile_elems * 4
+
+
+# Partials added by atomics against the ordered sum, the default's split shapes of the llm corpus (H200, each
+# precision): 2 or 3 splits gained nothing (0.94-1.01x); 4 or more of tiles of up to 64×128 ran 1.0-1.17x
+# faster (0.99 at worst); 128×128 tiles lost 1-6% at 2 to 4 splits and won from 6.
+ATOMIC_MIN_SPLITS, ATOMIC_SMALL_TILE, ATOMIC_MIN_SPLITS_LARGE = 4, 64 * 128, 6
+
+
+def atomic_sum(variant, cfg, cc: int, deterministic: bool) -> bool:
+    """Whether a launch of `variant` (launch.LaunchConfig cfg, on a GPU of compute capability cc) adds its
+    split-K partials by atomics (with_extras(split_atomic=True)): the caller allows it, the variant can
+    (Variant.sums_atomically), the GPU adds a float4 in one reduction (9.0 and later; older ones sum in
+    order), and enough splits share each tile for atomics to win."""
+    if deterministic or cc < 90 or not variant.sums_atomically:
+        return False
+    bm, bn = variant.family.tile(variant.params)
+    return cfg.splits >= (ATOMIC_MIN_SPLITS if bm * bn <= ATOMIC_SMALL_TILE else ATOMIC_MIN_SPLITS_LARGE)
 
 
 _workspaces: dict[tuple[int, int], list] = {}  # (device, stream) -> [buffer, bytes at its start known zero]
@@ -43,3 +62,15 @@ def workspace(device, nbytes: int, counter_bytes: int = 0, partials: bool = Fals
         zero = counter_bytes
     entry[1] = min(zero, counter_bytes) if partials else zero
     return buf
+
+
+def for_launch(device, cfg, atomic: bool) -> int | None:
+    """The split-K workspace's address for a launch (launch.LaunchConfig cfg), None without splits: the workspace
+    of the stream current at the launch, not at preparation (a launch reused on another stream must not share
+    counters with a kernel still running on the first). With atomics the slots start zero too, and the
+    kernel leaves them so."""
+    if cfg.splits == 1:
+        return None
+    if atomic:
+        return workspace(device, cfg.workspace, cfg.workspace).data.ptr
+    return workspace(device, cfg.workspace, split_k_counter_bytes(cfg.split_tiles), True).data.ptr

@@ -95,6 +95,10 @@ class Family:
     split_k_args_optional  SPLIT_K = 1 renders the plain kernel, without the split-K arguments as well as its
                 steps: the family's entries from before split-K keep their source, ABI and compiled images
                 (`takes_split_k_args` says which variants take them).
+    atomic_sum  the template sums split-K partials through split_k_combine, which a variant rendered
+                with_extras(split_atomic=True) turns into fp32 atomic adds into one slot a tile (the API's
+                deterministic=False): faster where the ordered sum's chain of L2 round trips shows, and
+                not bitwise repeatable.
     split_k_fill   params -> for a kernel bound by its loads' latency: blocks per SM the automatic split
                 (SPLIT_K = 0) aims for, to keep enough loads in flight, or FILL_RESIDENT: as many as one SM
                 holds (split_policy.resident_blocks, from the compiled kernel's registers), so the splits
@@ -156,6 +160,7 @@ class Family:
     make_args: Callable | None = None
     split_k: bool = False
     split_k_args_optional: bool = False
+    atomic_sum: bool = False
     split_k_fill: Callable[[Mapping[str, int]], int | str | None] | None = None
     split_k_min_k: Callable[[Mapping[str, int]], int | None] | None = None
     max_rows: Callable[[Mapping[str, int]], int] | None = None

@@ -166,6 +166,7 @@ MMA = Family(
     min_cc=lambda p, dtype, acc: 80,
     renamed=RENAMED_BLOCK_SWIZZLE,
     split_k=True,
+    atomic_sum=True,
     split_k_args_optional=True,
     # the unaligned loader's register-staged K blocks wait on their loads: its splits fill the blocks an SM
     # holds (by registers: 4 of the 64×64 fp16 tile, 3 of tf32's, 2 of 64×128), in one wave, down to 128

@@ -109,6 +109,7 @@ SGEMM_SIMT = Family(
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
     split_k=True,
+    atomic_sum=True,
     # the unaligned loads (element by element off a float4 group) wait on their latency: the automatic split
     # fills the blocks an SM holds, in one wave, down to 64 of K a split. H100, 17×4095×1000 (64 tiles):
     # 32×64 (5 blocks an SM) 27.0 µs at the cost model's 3 splits, 18.6 at 10, 22.5 at 12; 64×64 (4 an SM)

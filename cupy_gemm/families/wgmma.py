@@ -301,6 +301,7 @@ _COMMON = dict(
     abi="tma",
     make_args=make_args,
     split_k=True,
+    atomic_sum=True,
     renamed=RENAMED_BLOCK_SWIZZLE,
     batched=True,
     epilogue=True,

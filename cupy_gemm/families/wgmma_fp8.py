@@ -140,6 +140,7 @@ WGMMA_FP8 = Family(
     abi="scaled",
     make_args=make_args,
     split_k=True,
+    atomic_sum=True,
     split_k_args_optional=True,
     renamed={**RENAMED_BLOCK_SWIZZLE, "WN": "INSTR_N"},
 )

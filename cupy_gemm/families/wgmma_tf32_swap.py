@@ -89,6 +89,7 @@ WGMMA_TF32_SWAP = Family(
     abi="tma",
     make_args=make_args,
     split_k=True,
+    atomic_sum=True,
     stream_k=lambda p: p["STREAM_K"],
     renamed=RENAMED_BLOCK_SWIZZLE,
     convert=True,

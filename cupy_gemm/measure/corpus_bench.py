@@ -46,6 +46,7 @@ class Settings:
     seed: int = 0
     b_layout: str = "row"  # arrange.B_LAYOUTS: B stored K×N (x @ W), or the transpose of an N×K array (x @ W.T)
     variant: str | None = None  # the path timed as ours: None, the default; "auto", the tuning database's choice
+    deterministic: bool = True  # False: ours as matmul(deterministic=False), split-K summed by atomics
 
     def __post_init__(self):
         if self.b_layout not in B_LAYOUTS:
@@ -131,14 +132,14 @@ def candidates(mode: str, names: Iterable[str]) -> list[registry.Variant]:
     return [v for v in found if v.dtype == input_dtype(mode) and v.acc in ("float32", mode)]
 
 
-def _ours(sets, variants) -> tuple[dict, dict]:
+def _ours(sets, variants, deterministic: bool = True) -> tuple[dict, dict]:
     """({key: plans} of the implementations that could be planned, {key: outcome} of all of them). A
     variant None (the default) or "auto" (the tuning database's choice) is keyed `ours`."""
     plans, outcomes = {}, {}
     for variant in variants:
         key = "ours" if variant is None or isinstance(variant, str) else variant.name
         try:
-            plans[key] = [api.Plan(a, b, out=o, variant=variant) for a, b, o in sets]
+            plans[key] = [api.Plan(a, b, out=o, variant=variant, deterministic=deterministic) for a, b, o in sets]
         except CupyGemmError as e:  # a variant that cannot serve this shape is a finding, not a stop
             outcomes[key] = {"variant": key, "status": "invalid", "reason": f"{type(e).__name__}: {e}"}
             continue
@@ -190,7 +191,7 @@ def measure_shape(shape: Shape, mode: str, settings: Settings, bandwidth: float,
     count = timing.rotation_count(records_.min_bytes(*shape.mnk, itemsize), timing.l2_bytes(cupy.cuda.Device().id))
     sets = operand_sets(shape.mnk, input_dtype(mode), count, settings.seed, settings.b_layout)
     calls = baseline_calls(sets, _torch() if settings.torch else None)
-    plans, outcomes = _ours(sets, [settings.variant] if variants is None else variants)
+    plans, outcomes = _ours(sets, [settings.variant] if variants is None else variants, settings.deterministic)
     calls.update(plans)
     errors, failures = _first_calls(calls, plans, outcomes, sets, mode, shape.k, settings.check)
     timed = {key: timing.Rotation(c) for key, c in calls.items()
@@ -210,7 +211,7 @@ def host_records(mode: str, settings: Settings) -> list[dict]:
     for size in settings.host_sizes:
         sets = operand_sets((size, size, size), input_dtype(mode), 1, settings.seed, settings.b_layout)
         a, b, o = sets[0]
-        calls = {"ours": lambda: api.matmul(a, b, out=o),
+        calls = {"ours": lambda: api.matmul(a, b, out=o, deterministic=settings.deterministic),
                  **{key: c[0] for key, c in baseline_calls(sets, torch).items()}}
         us = {key: seconds * 1e6 for key, seconds in timing.host_costs(calls, settings.host_calls).items()}
         used = api.Plan(a, b, out=o).variant

@@ -11,7 +11,13 @@
 // sums in order. Either way the order is fixed, so the result is bitwise the same whichever block finishes
 // last; the two levels shorten the chain of L2 round trips the last block waits on (32 splits: 12, not 32).
 // Partial sums stay fp32 whatever T_IN is.
+// SPLIT_ATOMIC (a variant rendered with_extras(split_atomic=True); the API's deterministic=False): every split
+// adds its partial into the tile's one slot with fp32 atomics and arrives, and the last to arrive reads the
+// sum and leaves the slot zero for the next launch (the launcher zeroes the slots once, with the counters).
+// One L2 round trip where the ordered sum waits on a chain of them, and one slot a tile; the order of the
+// adds, and so the last bits of the sum, may differ from run to run.
 constexpr int SPLIT_K_MAX_GROUPS = 8;  // cupy_gemm/workspace.py sizes the counters by it
+constexpr bool SPLIT_K_ATOMIC = {{ SPLIT_ATOMIC }};
 
 // One work unit of a persistent kernel: K blocks of one C tile, as one of the splits that share the tile
 struct WorkUnit {
@@ -147,6 +153,38 @@ __device__ __forceinline__ void split_k_gather(At at, const float* slot0, long l
     }
 }
 
+// SPLIT_ATOMIC: this thread's share of a partial tile (split_k_put's layout) added into the tile's slot; a
+// float4 is one vector reduction (sm_90 and later: cupy_gemm.launch.atomic_sum)
+template <int THREADS_, int E, int V, typename At>
+__device__ __forceinline__ void split_k_add(At at, float* slot, int t) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        if constexpr (V == 4) {
+            atomicAdd(reinterpret_cast<float4*>(slot) + e * THREADS_ + t,
+                      make_float4(at(4 * e), at(4 * e + 1), at(4 * e + 2), at(4 * e + 3)));
+        } else {
+            atomicAdd(slot + e * THREADS_ + t, at(e));
+        }
+    }
+}
+
+// SPLIT_ATOMIC, in the last split: at := the tile's sum, and the slot zero again
+template <int THREADS_, int E, int V, typename At>
+__device__ __forceinline__ void split_k_take(At at, float* slot, int t) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        if constexpr (V == 4) {
+            float4* const q = reinterpret_cast<float4*>(slot) + e * THREADS_ + t;
+            const float4 s = __ldcg(q);
+            at(4 * e) = s.x, at(4 * e + 1) = s.y, at(4 * e + 2) = s.z, at(4 * e + 3) = s.w;
+            __stcg(q, make_float4(0.f, 0.f, 0.f, 0.f));
+        } else {
+            at(e) = __ldcg(slot + e * THREADS_ + t);
+            __stcg(slot + e * THREADS_ + t, 0.f);
+        }
+    }
+}
+
 // Split `split` of `splits` of the tile: stores its partial (at, split_k_put's layout), arrives, and in the
 // block that arrives last overall leaves the tile's sum in at and returns true (that block then stores C);
 // false in every other block. Called by the THREADS_ threads that hold the tile, between barriers of those
@@ -156,12 +194,18 @@ template <int THREADS_, int E, int V, int IN_FLIGHT, bool TWO_LEVELS = true, typ
 __device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tiles, int tile, int split, int splits,
                                                 int t, int* flag, Sync sync) {
     constexpr int ELEMS = THREADS_ * E * V;
+    unsigned* const counters = split_k_counters(workspace);
+    if constexpr (SPLIT_K_ATOMIC) {
+        split_k_add<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
+        if (!split_k_arrive_on(counters + tile, splits, t, flag, sync)) return false;
+        split_k_take<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
+        return true;
+    }
     // (the partials' addresses are worked out again after each arrival rather than kept live across it:
     // registers are tight in some mma.sync tiles)
     split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, split, ELEMS), t);
     const int size = TWO_LEVELS ? split_k_group_size(splits, IN_FLIGHT) : splits;
     const int group = split / size, first = group * size;
-    unsigned* const counters = split_k_counters(workspace);
     if (size == splits) {  // one group: the tile's counter, and the tile's sum
         if (!split_k_arrive_on(counters + tile, splits, t, flag, sync)) return false;
         split_k_gather<THREADS_, E, V, IN_FLIGHT>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
