@@ -253,8 +253,8 @@ def matmul(a, b, *, variant=None, out=None, out_dtype=None, precision=None, epil
 
     deterministic (True): a kernel that splits K over several blocks sums their fp32 partials in a fixed
     order, so repeated calls give the same bits. False lets it add them with atomics where that is faster
-    (4 or more splits a tile, compute capability 9.0: cupy_gemm.workspace.atomic_sum): the same accuracy,
-    the last bits varying from call to call. Nothing else changes."""
+    (compute capability 9.0, enough splits a tile: cupy_gemm.workspace.atomic_sum): the same accuracy, the
+    last bits varying from call to call. Nothing else changes."""
     return gemm(a, b, variant=variant, out=out, out_dtype=out_dtype, precision=precision, epilogue=epilogue,
                 operands=operands, bias=bias, activation=activation, row_scale=row_scale, col_scale=col_scale,
                 clamp=clamp, deterministic=deterministic)

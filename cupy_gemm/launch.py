@@ -77,7 +77,8 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
         grid = (min(tiles * splits, fam.persistent * (sm_count or 1)), 1, 1)
     elif cluster > 1:  # clusters run along x: a whole number of them (the kernel masks the columns past N)
         grid = (-(-member_tiles // cluster) * cluster, *grid[1:])
-    workspace = split_k_workspace(split_tiles, splits, bm * bn, variant.split_atomic) if fam.takes_split_k_args(p) else 0
+    workspace = (split_k_workspace(split_tiles, splits, bm * bn, variant.split_atomic)
+                 if fam.takes_split_k_args(p) else 0)
     return LaunchConfig(grid=grid, block=(fam.threads(p), 1, 1), smem=fam.smem_bytes(p, variant.dtype, variant.acc),
                         tiles=tiles, splits=splits, workspace=workspace, batch=batch, cluster=cluster,
                         split_tiles=split_tiles)

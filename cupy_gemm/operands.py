@@ -59,8 +59,6 @@ class Problem:
     placement: Placement | None = None
 
 
-
-
 def deterministic_flag(deterministic) -> bool:
     """The `deterministic` argument as a bool: True or False (a NumPy bool too), else InputError."""
     if not isinstance(deterministic, (bool, np.bool_)):

@@ -1,4 +1,5 @@
-"""The split-K workspace (templates/common/split_k.cuh): its size, and one buffer per device and stream."""
+"""The split-K workspace (templates/common/split_k.cuh): its size, one buffer per device and stream, and when
+the partials are added by atomics instead of summed in order (atomic_sum)."""
 from __future__ import annotations
 
 import numpy as np
