@@ -154,7 +154,7 @@ __device__ __forceinline__ void split_k_gather(At at, const float* slot0, long l
 }
 
 // SPLIT_ATOMIC: this thread's share of a partial tile (split_k_put's layout) added into the tile's slot; a
-// float4 is one vector reduction (sm_90 and later: cupy_gemm.launch.atomic_sum)
+// float4 is one vector atomic add (sm_90 and later: cupy_gemm.workspace.atomic_sum)
 template <int THREADS_, int E, int V, typename At>
 __device__ __forceinline__ void split_k_add(At at, float* slot, int t) {
 #pragma unroll
