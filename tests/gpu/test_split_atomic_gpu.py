@@ -3,11 +3,13 @@ workspace, with enough splits that the launcher takes the atomic twin (workspace
 references on ragged shapes; beta != 0, Fortran order, NaN-poisoned outputs; repeated calls (the last split
 leaves the tile's slot zero), calls that alternate with the ordered sum on one stream, two streams, batches,
 stream-K and FP8."""
+import re
+
 import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import api, launch, registry, scaled, scaled_choice, verify, workspace
+from cupy_gemm import api, dispatch, launch, registry, scaled, scaled_choice, verify, workspace
 from test_fp8_gpu import check as check_fp8, random_fp8, random_scales
 from test_splitk_gpu import _operands, _splits, _variant
 
@@ -147,3 +149,26 @@ def test_deterministic_must_be_a_bool():
     a, b = _operands(v, 16, 64, 64, seed=61)
     with pytest.raises(cupy_gemm.InputError, match="deterministic must be True"):
         cupy_gemm.matmul(a, b, deterministic="no")
+
+
+@pytest.mark.parametrize("dtype,m,n,k", [("float16", 128, 576, 7168), ("float32", 64, 1024, 8192),
+                                         ("float16", 512, 1024, 8192), ("bfloat16", 4096, 4096, 4096)])
+def test_explain_on_the_gpu_says_what_the_launcher_does(dtype, m, n, k):
+    """explain() on the present GPU: the grid and split count of launch.configure, and the sum
+    deterministic=False takes; then the call itself runs and is right both ways."""
+    text = dispatch.explain(dtype, m, n, k)
+    v = registry.lookup(re.search(r"^variant: (\S+)$", text, re.M).group(1))
+    device = cupy.cuda.Device()
+    _, _, ordered = launch.configure(v, device, m, n, k)
+    twin, _, _ = launch.configure(v, device, m, n, k, deterministic=False)
+    assert f"launch: grid {'×'.join(map(str, ordered.grid))} of " in text and "may run fewer clusters" not in text
+    if ordered.splits > 1 and v.params.get("KCLUSTER", 1) == 1:
+        assert f"K split {ordered.splits} ways" in text or "stream-K" in text
+    assert ("deterministic=False adds them by atomics" in text) == twin.split_atomic
+    a = verify.random_operand((m, k), dtype, 71)
+    b = verify.random_operand((k, n), dtype, 72)
+    ref, scale = verify.reference(a, b)
+    for deterministic in (True, False):
+        out = cupy.full((m, n), cupy.nan, dtype=a.dtype)  # poisoned: an element nothing wrote stays NaN
+        cupy_gemm.matmul(a, b, out=out, deterministic=deterministic)
+        assert verify.check(out, ref, scale, v.dtype, v.acc, k).ok, f"{v.name} deterministic={deterministic}"
