@@ -51,6 +51,7 @@ def test_names_match_flags():
         assert p["ASYNC"] == name.endswith(("_async", "_async_swizzle")), name
         assert (p["PAD"] == 4) == ("_offset" in name), name
         assert (p["BLOCK_SWIZZLE"] > 0) == name.endswith("_swizzle"), name
+        assert p["FMA_ORDER"] == (2 if "_colsnake" in name else 1 if "_snake" in name else 0), name
         tm, tn = re.search(r"_t_(\d+)x(\d+)_", name).groups()
         assert (p["TM"], p["TN"]) == (int(tm), int(tn)), name
 

@@ -95,6 +95,9 @@ SGEMM_SIMT = Family(
         flag("PAIRS", "interleave warp lanes in pairs that share fragment addresses: float4 shared reads "
                       "in two wavefronts instead of four", default=1),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
+        Param("FMA_ORDER", 0, "the thread tile's FMAs each k: 0 row by row; 1 rows, 2 columns in a snake (each "
+              "walked back from where the last ended, so every FMA shares an operand with the one before: "
+              "ptxas's reuse cache, fewer register-bank conflicts); the same bits", choices=(0, 1, 2)),
         flag("UNALIGNED", "read A and B and write C wherever they lie (align 1): float4 accesses only where "
              "a group is aligned and inside the matrix, else guarded single floats"),
     ),

@@ -7,7 +7,8 @@ import cupy
 import numpy as np
 import pytest
 
-from cupy_gemm import batching, epilogue, launch, verify
+import cupy_gemm
+from cupy_gemm import batching, epilogue, launch, registry, verify
 from forced_variants import align as _align, up as _up, variant as _variant
 
 
@@ -216,3 +217,27 @@ def test_more_members_than_the_grid_holds(name):
     run = _run(v, a, b, out, ep=epilogue.build("sigmoid"), batched=True)
     assert run.config.grid[2] == launch.MAX_GRID_Z and run.config.splits == (2 if forced else 1)
     _check(v, out, a, b, step="sigmoid", what="70000 members")
+
+
+SNAKES = [n for n, v in registry.catalogue().items() if v.family.name.startswith("sgemm_simt") and v.params["FMA_ORDER"]]
+
+
+@pytest.mark.parametrize("name", SNAKES)
+def test_a_snake_order_gives_the_plain_orders_bits(name):
+    """FMA_ORDER reorders the thread tile's FMAs, never an element's: the output is bitwise the entry's with
+    FMA_ORDER = 0, on ragged shapes, beta != 0 included, and right against float64."""
+    v = registry.lookup(name)
+    plain = registry.make_variant(v.family, name + "_plain", v.dtype, {**v.params, "FMA_ORDER": 0}, v.acc)
+    col = v.family.b_layout == "col"
+    for m, n, k in ((1000, 1000, 1000), (17, 4096, 1000), (513, 127 * 4, 4095 + 1)):
+        a = verify.random_operand((m, k), "float32", m)
+        b = verify.random_operand((n, k), "float32", n).T if col else verify.random_operand((k, n), "float32", n)
+        c = verify.random_operand((m, n), "float32", k)
+        outs = []
+        for w in (v, plain):
+            out = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
+            cupy_gemm.gemm(a, b, c, alpha=0.5, beta=-1.5, variant=w, out=out)
+            outs.append(out)
+        ref, scale = verify.reference(a, b, c, 0.5, -1.5)
+        assert verify.check(outs[0], ref, scale, "float32", "float32", k).ok, (name, m, n, k)
+        assert bool((outs[0] == outs[1]).all()), (name, m, n, k)
