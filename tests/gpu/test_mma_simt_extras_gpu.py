@@ -230,9 +230,11 @@ def test_a_snake_order_gives_the_plain_orders_bits(name):
     plain = registry.make_variant(v.family, name + "_plain", v.dtype, {**v.params, "FMA_ORDER": 0}, v.acc)
     col = v.family.b_layout == "col"
     for m, n, k in ((1000, 1000, 1000), (17, 4096, 1000), (513, 127 * 4, 4095 + 1)):
-        a = verify.random_operand((m, k), "float32", m)
-        b = verify.random_operand((n, k), "float32", n).T if col else verify.random_operand((k, n), "float32", n)
-        c = verify.random_operand((m, n), "float32", k)
+        # seeds of their own: at m = n, one seed would make B = Aᵀ, whose diagonal sums only grow
+        a = verify.random_operand((m, k), "float32", 3 * m)
+        b = (verify.random_operand((n, k), "float32", 3 * n + 1).T if col
+             else verify.random_operand((k, n), "float32", 3 * n + 1))
+        c = verify.random_operand((m, n), "float32", 3 * k + 2)
         outs = []
         for w in (v, plain):
             out = cupy.full((m, n), cupy.nan, dtype=cupy.float32)
