@@ -325,7 +325,7 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
     b_layout: "row" (B is K×N, C-contiguous) or "col" (B column-major, as W.T of a linear layer's N×K W)."""
     if b_layout not in B_LAYOUTS:
         raise ValueError(f"b_layout must be one of {', '.join(B_LAYOUTS)}, not {b_layout!r}")
-    given, device = device, gpu_for(device)
+    asked, device = device, gpu_for(device)
     key = defaults_key(dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype)), precision)
     itemsize = 2 if key in ("float16", "bfloat16") else 4
     b = fresh((k, n), itemsize) if b_layout == "row" else fresh((n, k), itemsize).T
@@ -335,7 +335,7 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
     lines = [f"{key} {m}×{n}×{k} on {device.name} (sm_{device.cc}, {sms})",
              f"variant: {decision.variant}", f"why: {decision.reason}"]
     lines += [f"note: {s}" for s in decision.notes] + launch_explain.describe(decision.variant, fresh_arrays, m, n, k,
-                                                                          device, given)
+                                                                          device, asked)
     given = ", B as the transpose of one (x @ W.T)" if b_layout == "col" else ""
     lines.append(f"note: operands taken as new contiguous arrays{given}; views, offsets and Fortran order can add copies")
     if key == "float32" and precision is None:
