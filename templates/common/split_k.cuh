@@ -101,15 +101,22 @@ __host__ __device__ constexpr int split_k_group_size(int splits, int in_flight) 
 }
 
 // This thread's share of a partial tile: E groups of V floats (V = 1, or 4 for a float4), group e at
-// (e * THREADS_ + t) * V floats into the slot; at(i) is float i (group i / V, float i % V).
-template <int THREADS_, int E, int V, typename At>
+// (e * THREADS_ + t) * V floats into the slot; at(i) is float i (group i / V, float i % V). ADD (SPLIT_ATOMIC):
+// added into the slot by atomics, a float4 in one vector add (sm_90 and later: cupy_gemm.workspace.atomic_sum).
+template <int THREADS_, int E, int V, bool ADD = false, typename At>
 __device__ __forceinline__ void split_k_put(At at, float* slot, int t) {
     static_assert(V == 1 || V == 4, "floats or float4s");
 #pragma unroll
     for (int e = 0; e < E; ++e) {
         if constexpr (V == 4) {
-            __stcg(reinterpret_cast<float4*>(slot) + e * THREADS_ + t,
-                   make_float4(at(4 * e), at(4 * e + 1), at(4 * e + 2), at(4 * e + 3)));
+            float4* const to = reinterpret_cast<float4*>(slot) + e * THREADS_ + t;
+            // auto: q's type depends on At, so the float4 atomicAdd is looked up only where ADD instantiates it
+            // (sm_90: an sm_80 build has no such overload)
+            const auto q = make_float4(at(4 * e), at(4 * e + 1), at(4 * e + 2), at(4 * e + 3));
+            if constexpr (ADD) atomicAdd(to, q);
+            else __stcg(to, q);
+        } else if constexpr (ADD) {
+            atomicAdd(slot + e * THREADS_ + t, at(e));
         } else {
             __stcg(slot + e * THREADS_ + t, at(e));
         }
@@ -153,21 +160,6 @@ __device__ __forceinline__ void split_k_gather(At at, const float* slot0, long l
     }
 }
 
-// SPLIT_ATOMIC: this thread's share of a partial tile (split_k_put's layout) added into the tile's slot; a
-// float4 is one vector atomic add (sm_90 and later: cupy_gemm.workspace.atomic_sum)
-template <int THREADS_, int E, int V, typename At>
-__device__ __forceinline__ void split_k_add(At at, float* slot, int t) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-        if constexpr (V == 4) {
-            atomicAdd(reinterpret_cast<float4*>(slot) + e * THREADS_ + t,
-                      make_float4(at(4 * e), at(4 * e + 1), at(4 * e + 2), at(4 * e + 3)));
-        } else {
-            atomicAdd(slot + e * THREADS_ + t, at(e));
-        }
-    }
-}
-
 // SPLIT_ATOMIC, in the last split: at := the tile's sum, and the slot zero again
 template <int THREADS_, int E, int V, typename At>
 __device__ __forceinline__ void split_k_take(At at, float* slot, int t) {
@@ -196,7 +188,7 @@ __device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tile
     constexpr int ELEMS = THREADS_ * E * V;
     unsigned* const counters = split_k_counters(workspace);
     if constexpr (SPLIT_K_ATOMIC) {
-        split_k_add<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
+        split_k_put<THREADS_, E, V, true>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
         if (!split_k_arrive_on(counters + tile, splits, t, flag, sync)) return false;
         split_k_take<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
         return true;
