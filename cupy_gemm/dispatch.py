@@ -20,8 +20,8 @@ CUPY_TF32=1, float16, bfloat16) and the problem M×N×K, and goes
    - otherwise the big tiles (cupy_gemm/big_tiles.py): of the `default` entries with a [tile_cost], the
      one it expects to finish first, where that beats the first entry by COST_MARGIN; else the first.
 3. then, for a call whose operands are known (their Placement), the rules of cupy_gemm/placement_rules.py:
-   an `unaligned` entry where the chosen variant's alignment copies cost as much as the product, and the
-   wgmma_tf32 twin of a wgmma_tf32_rowb entry where B is column-major.
+   the twin family that reads a column-major B in place, then an `unaligned` entry where the chosen
+   variant's alignment copies cost as much as the product (its own twin, where B is column-major).
 A named variant the catalogue lacks, that does not run on the GPU, or that does not compute in the
 dtype key's precision is skipped at every step, so tables and candidate lists may name kernels that a
 given installation or GPU does not have. This runs once per call geometry (the fast path caches it).
@@ -113,11 +113,12 @@ def first_default(key: str, cc: int) -> str:
 def choose(gpu: Gpu, key: str, m: int, n: int, k: int, layout: str = "row", needs=(),
            placement: Placement | None = None) -> Decision:
     """needs: Family flags the call uses ("epilogue" for a fused epilogue): entries without them are skipped.
-    placement: where the operands lie (operands.Problem's), for the unaligned rule; None skips it."""
+    placement: where the operands lie (operands.Problem's), for the placement rules; None skips them."""
     decision = _table_or_heuristic(gpu, key, m, n, k, layout, needs,
                                    "row" if placement is None else placement.b_layout)
     if placement is None:
         return decision
+    decision = placement_rules.b_layout(gpu, key, decision, placement, needs)
     decision = placement_rules.unaligned(gpu, key, m, n, k, decision, placement, needs)
     return placement_rules.b_layout(gpu, key, decision, placement, needs)
 

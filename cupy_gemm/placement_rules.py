@@ -4,11 +4,12 @@ table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands l
 - unaligned: when the variant chosen would copy the operands for its family's alignment (zero-padded K or N,
   or a view off its vectors) and the copies an `unaligned` entry saves cost at least as much as the product
   itself (the copies' traffic >= COPY_SHARE × kernel_cost), such an entry, which reads them in place: of
-  those that can serve the call, the first whose tile has the fewest rows that hold M, else the tallest.
+  those that can serve the call, the first whose tile has the fewest rows that hold M, else the tallest,
+  priced as the B-layout twin that will run it where B is column-major.
 - b_layout: an entry chosen for a row-major B (a table's row-major entries, the heuristic) that would copy a
   column-major B (x @ W.T with W kept N×K) into its layout gives way to its twin family's entry of the
-  nearest tile, which reads it in place (B_LAYOUT_TWINS); so does a 3xTF32 entry (B column-major) given a
-  row-major B. A table entry timed on a column-major B stands.
+  nearest tile (unaligned where the chosen one is), which reads it in place (B_LAYOUT_TWINS); so does a
+  3xTF32 entry (B column-major) given a row-major B. A table entry timed on a column-major B stands.
 """
 from __future__ import annotations
 
@@ -52,9 +53,10 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
         return replace(decision, notes=tuple(notes))
     name = min(usable, key=lambda name: _fit(name, m))  # the first of equals
     kernel = kernel_cost(key, m, n, k, placement.a.itemsize)
-    saved = padded.traffic - placement.for_variant(registry.catalogue()[name]).traffic
+    runs = b_layout(gpu, key, Decision(name, ""), placement, needs).variant  # its twin, if it would copy B
+    saved = padded.traffic - placement.for_variant(registry.catalogue()[runs]).traffic
     copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} in {padded.copy_launches} launches to align "
-              f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {name}'s own "
+              f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {runs}'s own "
               f"copies, if any), against {_mb(kernel)} for the product")
     if saved < COPY_SHARE * kernel:
         notes.append(f"unaligned rule: {copies}: the copies cost less, {chosen.name} stays")
@@ -101,10 +103,13 @@ def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> 
              and why_not(name, key, gpu.cc, needs) is None and not placement.for_variant(v, align=1).copy_b]
     if not twins:
         return decision
-    def distance(v):  # the same arithmetic first, then log2 of the tile's sides, the same parameters, more stages
+    unaligned = chosen.family.align(chosen.params, chosen.dtype) == 1
+
+    def distance(v):  # an unaligned entry for an unaligned one (and not for an aligned one, which the unaligned
+        # rule has priced), the same arithmetic, then log2 of the tile's sides, the same parameters, more stages
         tm, tn = v.family.tile(v.params)
-        return (v.acc != chosen.acc, abs(math.log2(tm / bm)) + abs(math.log2(tn / bn)), v.params != chosen.params,
-                -v.params.get("STAGES", 0))
+        return ((v.family.align(v.params, v.dtype) == 1) != unaligned, v.acc != chosen.acc,
+                abs(math.log2(tm / bm)) + abs(math.log2(tn / bn)), v.params != chosen.params, -v.params.get("STAGES", 0))
     twin = min(twins, key=distance)
     return Decision(twin.name, f"B-layout rule: {chosen.name} would copy B into its own layout; "
                     f"{twin.name} ({twin_family}, the nearest tile) reads it in place",

@@ -41,6 +41,8 @@ def test_catalogue_covers_every_dtype_rows_and_layout():
     ("skinny", "float16", dict(ROWS_BASE, ROWS=4, BN=128, MMA=1), "MMA",
      "MMA=1 needs 16-bit inputs, VEC=8 and ROWS of 8 or 16"),
     ("skinny_kmajor", "float16", dict(KMAJOR_BASE, MMA=1), "NT", "MMA=1 needs NT a multiple of 8"),
+    ("skinny", "float16", dict(ROWS_BASE, VEC=4, BN=128, UNALIGNED=1), "UNALIGNED",
+     "UNALIGNED=1 needs 16-byte vectors (VEC = 16 / element size"),
     ("skinny", "float16", dict(ROWS_BASE, BN=96, MMA=1), "BN",
      "MMA=1 needs BN a multiple of 64 (a warp's columns) and BN / 64 dividing the warps"),
 ])

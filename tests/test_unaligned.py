@@ -15,7 +15,7 @@ from cupy_gemm.render import _environment, context, render
 from fake_gpu import gpu  # noqa: F401  (the fixture)
 from unaligned_paths import CATALOGUE, path_variants
 
-FAMILIES = ("mma", "sgemm_simt")
+FAMILIES = ("mma", "sgemm_simt", "skinny", "skinny_kmajor")  # the last two share one template
 EXISTING = sorted(n for n, v in registry.catalogue().items()
                   if v.family.name in FAMILIES and not v.params["UNALIGNED"])
 CUSTOM = epilogue.build("y = x * rowscale[i] + bias[j] + res[i, j] * s", "silu",
@@ -58,8 +58,8 @@ def _stripped_environment() -> jinja2.Environment:
 
 def test_the_flag_lives_in_blocks_of_its_own():
     root = registry.data_dir("templates")
-    for family in FAMILIES:
-        text = (root / registry.family(family).template).read_text()
+    for template in {registry.family(family).template for family in FAMILIES}:
+        text = (root / template).read_text()
         stripped = without_unaligned(text)
         assert stripped != text and "UNALIGNED" not in stripped and "unaligned" not in stripped.lower()
 
@@ -71,6 +71,8 @@ def test_existing_entries_render_as_without_the_flag(extras):
     env = _stripped_environment()
     for name in EXISTING:
         v = registry.lookup(name)
+        if ("batched" in extras and not v.family.batched) or ("epilogue" in extras and not v.family.epilogue):
+            continue
         v = v.with_extras(batched="batched" in extras, epilogue=CUSTOM if "epilogue" in extras else None)
         expected = env.get_template(v.family.template).render(**context(v))
         assert render(v) == expected, name
@@ -110,7 +112,7 @@ def test_entries_compile_without_spills(name, arch):
 def test_every_template_path_compiles_batched_with_an_epilogue(name):
     v = path_variants()[name]
     assert compile_variant(v, "sm_80").resources.local == 0
-    compile_variant(v.with_extras(batched=True, epilogue=CUSTOM), "sm_90")
+    compile_variant(v.with_extras(batched=v.family.batched, epilogue=CUSTOM if v.family.epilogue else None), "sm_90")
 
 
 # ---- operands: in place for align 1, padded (at a price) otherwise ---------------------------------------
@@ -205,12 +207,16 @@ def _fittest(key, m):
 
 @pytest.mark.parametrize("key", KEYS)
 def test_the_rule_takes_the_tile_that_fits_m(key):
-    """Each list has a 32-row entry first: it serves up to 32 rows, a 64-row entry from 33 on."""
+    """Each list has a 32-row tile: it serves 9 to 32 rows (fewer where a few-rows entry covers them, 1 and
+    2 rows in 16 bits, up to 8 in float32 and tf32), a 64-row tile from 33 on."""
     hopper = Gpu("unknown GPU", 90)
-    for m, tall in [(1, 32), (17, 32), (32, 32), (33, 64), (64, 64), (129, 64)]:
+    few = {"float16": 2, "bfloat16": 2, "float32": 8, "tf32": 8}[key]
+    for m in (1, 2, 3, 8, 9, 17, 32, 33, 64, 129):
         decision = dispatch.choose(hopper, key, m, 1001, 1001, placement=_placement(m, 1001, 1001, key))
         v = registry.lookup(decision.variant)
-        assert v.params["UNALIGNED"] and v.family.tile(v.params)[0] == tall, (m, decision)
+        rows = v.family.tile(v.params)[0]
+        assert v.params["UNALIGNED"] and (rows == 64 if m > 32 else rows >= m), (m, decision)
+        assert (v.family.name == "skinny") == (m <= few) and (rows == 32 or m <= few or m > 32), (m, decision)
         assert decision.variant == _fittest(key, m) and "fits M best" in decision.reason
 
 
@@ -223,6 +229,21 @@ def test_large_or_aligned_products_keep_their_choice(key):
         assert decided.variant == plain.variant and decided.reason == plain.reason, (m, n, k)
     big = dispatch.choose(hopper, key, 2048, 2048, 2047, placement=_placement(2048, 2048, 2047, key))
     assert any("the copies cost less" in note for note in big.notes)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_column_major_b_of_odd_k_is_read_in_place(key):
+    """x @ W.T with W stored N×K and K odd: the layout's twin family reads W in place, and the unaligned rule,
+    pricing that family's copies, takes its unaligned entry, so nothing is padded (a decode-sized product
+    once padded K through a copy of B, 18× slower than cupy.matmul at 1×4096×4095, float16)."""
+    size = 2 if key in ("float16", "bfloat16") else 4
+    for m, n, k in [(1, 4096, 4095), (2, 32000, 4095), (4, 11008, 4095), (64, 4096, 4095)]:
+        placement = Placement(fresh((m, k), size), fresh((n, k), size).T, fresh((m, n), size))
+        decision = dispatch.choose(H100, key, m, n, k, placement=placement)
+        v = registry.lookup(decision.variant)
+        arr = placement.for_variant(v)
+        # W is read where it lies (an arrangement may still swap and copy x, the lesser operand)
+        assert v.params.get("UNALIGNED") and not arr.padded and arr.copy_bytes < n * k * size // 4, (m, n, k, decision)
 
 
 def test_an_unaligned_view_of_an_aligned_shape_is_unaligned():

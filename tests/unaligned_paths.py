@@ -7,6 +7,8 @@ CATALOGUE = sorted(n for n, v in registry.catalogue().items() if v.params.get("U
 
 _MMA = dict(WARPS_M=2, WARPS_N=2, WARP_TILE_M=2, WARP_TILE_N=4, UNALIGNED=1)
 _SIMT = dict(BM=64, BN=64, BK=16, TM=8, TN=4, PAD=4, MIN_BLOCKS=4, UNALIGNED=1)
+_SKINNY = dict(BN=128, VEC=8, WARPS=4, KU=4, BK=128, UNALIGNED=1)
+_KMAJOR = dict(BN=8, NT=2, VEC=8, WARPS=8, KU=4, BK=512, UNALIGNED=1)
 # name -> (family, dtype, acc, parameters)
 _PATHS = {
     "mma_f16_stages1": ("mma", "float16", "float32", dict(_MMA, BK=32, STAGES=1)),
@@ -22,6 +24,17 @@ _PATHS = {
     "simt_async_rowmajor_a": ("sgemm_simt", "float32", "float32", dict(_SIMT, A_TRANSPOSED=0, DBUF=1, ASYNC=1)),
     "simt_single_buffer": ("sgemm_simt", "float32", "float32", dict(_SIMT, A_TRANSPOSED=0, DBUF=0, PAIRS=0)),
     "simt_split3": ("sgemm_simt", "float32", "float32", dict(_SIMT, A_TRANSPOSED=1, DBUF=1, SPLIT_K=3)),
+    # the few-rows kernels (max_rows): B row-major on tensor cores (8 and 16 rows; K split in three), on CUDA
+    # cores (16- and 32-bit), and B column-major both ways
+    "skinny_f16_mma_r8": ("skinny", "float16", "float32", dict(_SKINNY, ROWS=8, KU=2, MMA=1)),
+    "skinny_bf16_mma_r16_split3": ("skinny", "bfloat16", "float32", dict(_SKINNY, ROWS=16, BN=64, BK=64, MMA=1,
+                                                                         SPLIT_K=3)),
+    "skinny_f16_r4": ("skinny", "float16", "float32", dict(_SKINNY, ROWS=4, BN=64, KU=8, BK=256)),
+    "skinny_f32_r16": ("skinny", "float32", "float32", dict(_SKINNY, ROWS=16, VEC=4, WARPS=8)),
+    "skinny_kmajor_f16_mma_r16": ("skinny_kmajor", "float16", "float32", dict(_KMAJOR, ROWS=16, BN=16, NT=16,
+                                                                              KU=2, MMA=1)),
+    "skinny_kmajor_bf16_r1": ("skinny_kmajor", "bfloat16", "float32", dict(_KMAJOR, ROWS=1)),
+    "skinny_kmajor_f32_r2": ("skinny_kmajor", "float32", "float32", dict(_KMAJOR, ROWS=2, VEC=4)),
 }
 
 

@@ -7,6 +7,8 @@ the common orientations is served without copying the big operand:
   skinny_kmajor  B column-major (K contiguous): x @ W.T with W stored N×K, as linear layers keep it; by
                  operand swap also W @ x for a row-major W, the small-N product.
 With MMA=1 (fp16, bf16) either family multiplies on tensor cores, so 8 or 16 rows cost what one does.
+UNALIGNED=1 reads the operands wherever they lie (align 1: an odd K or N, a view), each 16-byte vector as
+the one or two aligned blocks it overlaps, shifted into place.
 Either family computes any problem whose smaller side (M, or N after the swap) is at most ROWS: the API
 puts that side in M (`max_rows`), and copies an operand whose layout does not fit.
 """
@@ -30,6 +32,8 @@ def _params(bn: int, extra: tuple[Param, ...] = ()) -> tuple[Param, ...]:
         Param("BK", 256, "K granule: splits cut K in multiples of BK", lo=1, hi=4096),
         *extra,
         flag("MMA", "multiply on tensor cores (m16n8k16, 16-bit inputs, 8 or 16 rows, sm_80+)"),
+        flag("UNALIGNED", "read A and B wherever they lie (align 1): 16-byte vectors from the aligned blocks they "
+             "overlap, shifted into place; A's shorter runs element by element where they are off their vector"),
         split_k_param(),
     )
 
@@ -70,6 +74,12 @@ def _mma(p, dtype, acc):
                           f"(got {dtype}, VEC={p['VEC']}, ROWS={p['ROWS']})")
 
 
+def _unaligned(p, dtype, acc):
+    if p["UNALIGNED"] and p["VEC"] * CUDA_TYPES[dtype][1] != 16:
+        yield ConfigError("UNALIGNED", p["UNALIGNED"], "UNALIGNED=1 needs 16-byte vectors (VEC = 16 / element "
+                          f"size; got VEC={p['VEC']} for {dtype})")
+
+
 def _mma_kmajor(p, dtype, acc):
     if p["MMA"] and p["NT"] % 8:
         yield ConfigError("NT", p["NT"], "MMA=1 needs NT a multiple of 8")
@@ -85,8 +95,8 @@ def _family(name: str, doc: str, params, rules, b_layout) -> Family:
         threads=lambda p: 32 * p["WARPS"],
         tile=lambda p: (p["ROWS"], p["BN"]),
         smem_bytes=lambda p, dtype, acc: 4 * p["ROWS"] * p["BN"],  # the block's fp32 tile of C
-        align=lambda p, dtype: p["VEC"],
-        rules=(_vec_fits, divides("VEC", "BK", "BK must be a multiple of VEC"), _mma, *rules),
+        align=lambda p, dtype: 1 if p["UNALIGNED"] else p["VEC"],
+        rules=(_vec_fits, divides("VEC", "BK", "BK must be a multiple of VEC"), _mma, _unaligned, *rules),
         b_layout=b_layout,
         split_k=True,
         split_k_fill=lambda p: 4,

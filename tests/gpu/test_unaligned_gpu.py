@@ -6,7 +6,9 @@ with sqrt(K): cupy_gemm.verify). Also: no padded copy on the way (a repeated cal
 device memory, and the operands reach the kernel unchanged), and the default taking an unaligned entry for
 a small ragged product. The catalogue's entries and one variant per template path they do not take
 (tests/unaligned_paths.py: one- and two-stage pipelines, swizzled shared memory, float16 accumulation, a
-partial loader pass, cp.async with 4-byte copies, a single buffer, forced split-K)."""
+partial loader pass, cp.async with 4-byte copies, a single buffer, forced split-K, the few-rows kernels'
+layouts). A few-rows entry (max_rows) takes the shapes whose smaller side it covers, and the extra shapes of
+few rows below; batches and epilogues only where its family has them."""
 import contextlib
 
 import cupy
@@ -27,7 +29,7 @@ NAMES = CATALOGUE + sorted(PATHS)
 SHAPES = [(1, 1, 1), (1, 17, 33), (17, 1, 63), (33, 33, 33), (63, 127, 17), (127, 63, 301), (301, 1001, 1),
           (1000, 1001, 33), (1001, 1000, 63), (33, 1000, 1001), (1001, 17, 127), (127, 301, 1000),
           (301, 301, 301), (1001, 1001, 17), (129, 1000, 33), (64, 64, 63), (17, 4096, 4095), (4095, 17, 301),
-          (3, 2000, 127), (2000, 3, 1001)]
+          (3, 2000, 127), (2000, 3, 1001), (5, 4095, 4095), (4095, 9, 1001), (32, 1001, 127), (16, 32001, 33)]
 # an aligned variant per (dtype, accumulate): it copies the same operands into padded buffers
 ALIGNED = {("float16", "float32"): "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32",
            ("float16", "float16"): "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3",
@@ -44,6 +46,22 @@ def _variant(name):
     if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
         pytest.skip(f"{name} needs a newer GPU")
     return (v if name in PATHS else name), v
+
+
+def _fits(v, m, n) -> bool:
+    """Whether v serves an m×n product (a few-rows kernel: its smaller side within the kernel's rows)."""
+    return v.family.max_rows is None or min(m, n) <= v.family.max_rows(v.params)
+
+
+def _shapes(v, shapes):
+    fitting = [(m, n, k) for m, n, k in shapes if _fits(v, m, n)]
+    assert fitting, f"{v.name}: none of {shapes} fits"
+    return fitting
+
+
+def _needs(v, flag):
+    if not getattr(v.family, flag):
+        pytest.skip(f"family {v.family.name} has no {flag} support")
 
 
 def _normal(shape, dtype, seed, order="C"):
@@ -95,6 +113,8 @@ def _allocations():
 def test_ragged_shapes(name):
     arg, v = _variant(name)
     for i, (m, n, k) in enumerate(SHAPES):
+        if not _fits(v, m, n):
+            continue
         a, b = _normal((m, k), v.dtype, 2 * i), _normal((k, n), v.dtype, 2 * i + 1)
         out = _nan((m, n), v.dtype)
         assert cupy_gemm.matmul(a, b, variant=arg, out=out) is out
@@ -117,7 +137,8 @@ def _views(m, n, k, dtype, seed):
 @pytest.mark.parametrize("name", NAMES)
 def test_views_off_every_boundary(name):
     arg, v = _variant(name)
-    for m, n, k in [(127, 301, 63), (33, 1000, 1001), (1, 17, 33), (1001, 1, 127), (64, 64, 63)]:
+    for m, n, k in _shapes(v, [(127, 301, 63), (33, 1000, 1001), (1, 17, 33), (1001, 1, 127), (64, 64, 63),
+                               (13, 4095, 1001), (1001, 7, 255)]):
         for what, a, b, out, base in _views(m, n, k, v.dtype, m + n + k):
             outside = _untouched(base, out)
             cupy_gemm.matmul(a, b, variant=arg, out=out)
@@ -128,7 +149,8 @@ def test_views_off_every_boundary(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_fortran_order(name):
     arg, v = _variant(name)
-    for m, n, k in [(127, 301, 63), (1001, 33, 17), (17, 1001, 1000)]:
+    for m, n, k in _shapes(v, [(127, 301, 63), (1001, 33, 17), (17, 1001, 1000), (3, 1001, 127), (1001, 5, 63),
+                               (1, 1001, 1000), (1001, 1, 63)]):
         a, b = _normal((m, k), v.dtype, 1, "F"), _normal((k, n), v.dtype, 2, "F")
         out = _nan((m, n), v.dtype, "F")  # all column-major: the kernel computes Cᵀ = Bᵀ·Aᵀ in place
         cupy_gemm.matmul(a, b, variant=arg, out=out)
@@ -139,6 +161,7 @@ def test_fortran_order(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_batches(name):
     arg, v = _variant(name)
+    _needs(v, "batched")
     m, n, k = 63, 301, 33
     a, b = _normal((3, m, k), v.dtype, 3), _normal((3, k, n), v.dtype, 4)  # members at odd offsets
     out = _nan((3, m, n), v.dtype)
@@ -153,7 +176,8 @@ def test_batches(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_gemm_with_beta(name):
     arg, v = _variant(name)
-    for m, n, k in [(127, 1001, 33), (1001, 63, 301), (17, 17, 17)]:
+    for m, n, k in _shapes(v, [(127, 1001, 33), (1001, 63, 301), (17, 17, 17), (3, 1001, 301), (1001, 5, 33),
+                               (1, 1001, 301), (1001, 1, 33)]):
         a, b, c = _normal((m, k), v.dtype, 7), _normal((k, n), v.dtype, 8), _normal((m, n), v.dtype, 9)
         result = cupy_gemm.gemm(a, b, c, alpha=0.5, beta=-1.5, variant=arg)
         _check(v, result, a, b, c, alpha=0.5, beta=-1.5, what=f"beta, {m}x{n}x{k}")
@@ -167,6 +191,7 @@ def test_gemm_with_beta(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_bias_and_relu(name):
     arg, v = _variant(name)
+    _needs(v, "epilogue")
     for m, n, k in [(127, 1001, 33), (300, 300, 301)]:
         a = _normal((m, k + 1), v.dtype, 11)[:, 1:]
         b, bias = _normal((k, n), v.dtype, 12), _normal((n,), v.dtype, 13)
@@ -183,7 +208,7 @@ def test_no_padded_copy(name, monkeypatch):
     """The operands reach the kernel as they are, and a repeated call with `out` allocates nothing; the
     aligned variant of the same arithmetic allocates its padded copies (so the count sees copies)."""
     arg, v = _variant(name)
-    m, n, k = 129, 1000, 33
+    m, n, k = (129 if _fits(v, 129, 1000) else v.family.max_rows(v.params)), 1000, 33
     a = _normal((m, k + 2), v.dtype, 17)[:, 1:k + 1]
     if v.family.b_layout == "col":  # a K-major family's B: W.T of a view of W off 16 bytes
         b = _normal((n, k + 1), v.dtype, 18)[:, 1:].T
@@ -227,3 +252,23 @@ def test_the_default_reads_small_ragged_products_in_place(dtype, precision):
     with _allocations() as sizes:
         cupy_gemm.matmul(a, b, out=out, precision=precision)
     assert sizes == [], f"the default ({chosen.name}) allocated {sizes}"
+
+
+@pytest.mark.parametrize("dtype,precision", [("float16", None), ("bfloat16", None), ("float32", None),
+                                             ("float32", "tf32")])
+def test_the_default_reads_a_linear_weight_of_odd_k_in_place(dtype, precision):
+    """x @ W.T, W stored N×K with K odd (a column-major B off its vectors), few rows: a K-major unaligned
+    entry reads W where it lies, nothing is padded or copied on a repeated call, every element is right."""
+    if dtype == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    for m, n, k in [(1, 4096, 4095), (2, 3001, 1001), (4, 11008, 4095)]:
+        x, w = _normal((m, k), dtype, 21 + m), _normal((n, k), dtype, 22 + m)
+        text = dispatch.explain(dtype, m, n, k, precision=precision, b_layout="col")
+        chosen = registry.lookup(text.splitlines()[1].removeprefix("variant: "))
+        assert chosen.params.get("UNALIGNED"), text
+        out = _nan((m, n), dtype)
+        cupy_gemm.matmul(x, w.T, out=out, precision=precision)
+        _check(chosen, out, x, w.T, what=f"x @ W.T, {m}x{n}x{k}")
+        with _allocations() as sizes:
+            cupy_gemm.matmul(x, w.T, out=out, precision=precision)
+        assert sizes == [], f"the default ({chosen.name}) allocated {sizes} at {m}x{n}x{k}"
