@@ -48,8 +48,8 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
     sm_count // cluster): a persistent grid holds no more, or the surplus would wait for a second wave.
     memory_bytes_per_ns: the device memory's bandwidth, for the split-K model (None: an H100's assumed)."""
     fam, p = variant.family, variant.params
-    if fam.max_rows is not None and m > fam.max_rows(p):
-        raise InputError(f"{variant.name} serves at most {fam.max_rows(p)} rows of C; got M={m}")
+    if m > (variant.max_rows() or m):
+        raise InputError(f"{variant.name} serves at most {variant.max_rows()} rows of C; got M={m}")
     if batch != 1 and not variant.batched:
         raise InputError(f"a batch of {batch} needs the variant rendered for batches (with_extras(batched=True))")
     bm, bn = fam.tile(p)

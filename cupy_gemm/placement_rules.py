@@ -4,8 +4,9 @@ table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands l
 - unaligned: when the variant chosen would copy the operands for its family's alignment (zero-padded K or N,
   or a view off its vectors) and the copies an `unaligned` entry saves cost at least as much as the product
   itself (the copies' traffic >= COPY_SHARE × kernel_cost), such an entry, which reads them in place: of
-  those that can serve the call, the first whose tile has the fewest rows that hold M, else the tallest,
-  priced as the B-layout twin that will run it where B is column-major.
+  those that can serve the call and, as the B-layout twin that will run them, copy B (for its layout) or
+  x and C (for a 32-row tile's swap of A and B) cheaply, where any does, the first whose tile has the
+  fewest rows that hold the rows it runs (N where it swaps), else the tallest, priced as that twin.
 - b_layout: an entry chosen for a row-major B (a table's row-major entries, the heuristic) that would copy a
   column-major B (x @ W.T with W kept N×K) into its layout gives way to its twin family's entry of the
   nearest tile (unaligned where the chosen one is), which reads it in place (B_LAYOUT_TWINS); so does a
@@ -29,6 +30,12 @@ from .candidates import Decision, candidates, why_not
 # 2048×2048×2047 pads 32 MB in 4 launches (56 MB against 128 MB: padded, measured 59.5 µs to cuBLAS's 130).
 FLOPS_PER_BYTE = {"float32": 16, "tf32": 64, "3xtf32": 32, "float16": 128, "bfloat16": 128}
 COPY_SHARE = 1.0
+# A @ x with x of a few columns swapped onto a 32-row tile (a `_rows32` entry) copies x and C: two launches,
+# worth it where they cost less than SWAP_SHARE of the product. H200, against the 64-row tile unswapped:
+# float16 4095×8×4095 33.5 µs against 37.6 (copies 0.36 of the product), 14336×16×4095 84 against 121;
+# 4095×32×1001 23 against 16 (1.5), 1001×8×1001 17 against 13 (3); float32 4095×32×1001 28 against 23
+# (0.75). The skinny kernels' swap pays whatever the copies (float16 4095×2×1001: 11.9 against 17.3).
+SWAP_SHARE = 0.5
 
 
 def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placement: Placement,
@@ -47,14 +54,17 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
             notes.append(f"{name} (unaligned): {reason}")
         else:
             usable.append(name)
-    if not usable:
+    serving = [name for name in usable if min(m, n) <= (registry.catalogue()[name].max_rows() or min(m, n))]
+    if not serving:
         notes.append(f"{chosen.name} copies its operands ({_mb(padded.copy_bytes)} in {padded.copy_launches} "
                      f"launches), but no unaligned entry for {key} runs here")
         return replace(decision, notes=tuple(notes))
-    name = min(usable, key=lambda name: _fit(name, m))  # the first of equals
     kernel = kernel_cost(key, m, n, k, placement.a.itemsize)
-    runs = b_layout(gpu, key, Decision(name, ""), placement, needs).variant  # its twin, if it would copy B
-    saved = padded.traffic - placement.for_variant(registry.catalogue()[runs]).traffic
+    twins = {name: b_layout(gpu, key, Decision(name, ""), placement, needs).variant for name in serving}
+    arrangements = {name: placement.for_variant(registry.catalogue()[twins[name]]) for name in serving}
+    name = _fittest(serving, arrangements, m, n, kernel)
+    runs = twins[name]  # its twin, if it would copy B
+    saved = padded.traffic - arrangements[name].traffic
     copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} in {padded.copy_launches} launches to align "
               f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {runs}'s own "
               f"copies, if any), against {_mb(kernel)} for the product")
@@ -67,14 +77,29 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
                     f"where they lie", tuple(notes))
 
 
-def _fit(name: str, m: int) -> tuple[int, int]:
-    """Orders unaligned entries for m rows: tiles that hold m, fewest rows first, then the others, tallest
-    first. 32-row tiles ran products of at most 32 rows 15-30% sooner than 64-row ones (H200); above 32 rows
-    they won at some shapes and lost at others (64×4095×1000 15.7 µs against 18.8, 64×11007×4095 121 against
-    113, 300×1001×3000 38 against 32)."""
+def _fittest(serving: list[str], arrangements: dict, m: int, n: int, kernel: int) -> str:
+    """Of the entries serving m×n, as their B-layout twins will run them (`arrangements`), those whose own
+    copies are cheap, where any are: a B of the other layout that no twin reads in place must cost less
+    than COPY_SHARE of the product, x and C copied for a 32-row tile's swap (FEW_ROWS) less than
+    SWAP_SHARE; then the first whose tile best fits the rows it will run (N where A and B swap)."""
+    def cheap(name):
+        arr = arrangements[name]
+        if arr.copy_b or arr.padded:
+            return arr.traffic < COPY_SHARE * kernel
+        swaps_a_tile = arr.swapped and registry.catalogue()[name].params.get("FEW_ROWS")
+        return not swaps_a_tile or arr.traffic < SWAP_SHARE * kernel
+    pool = [name for name in serving if cheap(name)] or serving
+    return min(pool, key=lambda name: _fit(name, n if arrangements[name].swapped else m))  # the first of equals
+
+
+def _fit(name: str, rows: int) -> tuple[int, int]:
+    """Orders unaligned entries for a kernel's rows: tiles that hold them, fewest rows first, then the
+    others, tallest first. 32-row tiles ran products of at most 32 rows 15-30% sooner than 64-row ones
+    (H200); above 32 rows they won at some shapes and lost at others (64×4095×1000 15.7 µs against 18.8,
+    64×11007×4095 121 against 113, 300×1001×3000 38 against 32)."""
     v = registry.catalogue()[name]
-    rows = v.family.tile(v.params)[0]
-    return (0, rows) if rows >= m else (1, -rows)
+    tile_rows = v.family.tile(v.params)[0]
+    return (0, tile_rows) if tile_rows >= rows else (1, -tile_rows)
 
 
 # a family whose entries copy a B of the other layout -> the family that reads that layout in place.
@@ -99,7 +124,7 @@ def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> 
     rows = chosen.max_rows()
     twins = [v for name, v in registry.catalogue().items()
              if v.family.name == twin_family and v.family.takes_split_k_args(v.params) == splits
-             and (rows is None or v.max_rows() >= rows)
+             and (v.max_rows() is None if rows is None else (v.max_rows() or 0) >= rows)
              and why_not(name, key, gpu.cc, needs) is None and not placement.for_variant(v, align=1).copy_b]
     if not twins:
         return decision

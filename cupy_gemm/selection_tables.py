@@ -133,7 +133,7 @@ def table_from_results(records, *, gpu_name: str | None = None, cc: int | None =
         key = "tf32" if r.get("acc") == "tf32" else r["dtype"]
         shape = tuple(int(r[d] if d in r else r[d.upper()]) for d in "mnk")
         rows = catalogue[name].family.tile(catalogue[name].params)[0]
-        if rows <= FEW_ROWS < shape[0] and catalogue[name].family.max_rows is None:
+        if rows <= FEW_ROWS < shape[0] and catalogue[name].max_rows() is None:
             continue  # a decode specialist at a shape of more rows (skinny families swap operands instead)
         slot = (key, r.get("layout", "row"), r.get("b_layout", "row"), shape)
         if slot not in best or median < best[slot]["median_ms"]:

@@ -333,7 +333,7 @@ def test_the_shipped_candidates_route_each_kind_of_shape():
             assert sixteen.family.name == "decode" and sixteen.params["CS"] == cluster
         assert registry.lookup(dispatch.choose(ampere, key, 1, 4096, 4096).variant).family.name == "skinny"
         sixteen = registry.lookup(dispatch.choose(ampere, key, 16, 4096, 4096).variant)
-        assert sixteen.family.split_k and sixteen.family.max_rows is None
+        assert sixteen.family.split_k and sixteen.max_rows() is None
         # one wave of 96 clustered 128×256 tiles: the big tiles, as 128 tiles of 128×192 (97% of a wave;
         # the H100 table's entry there too)
         wide = registry.lookup(dispatch.choose(hopper, key, 512, 6144, 4096).variant)

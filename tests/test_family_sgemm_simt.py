@@ -44,6 +44,8 @@ def test_names_match_flags():
         p = v.params
         assert (p["SPLIT_K"] != 1) == full_name.endswith("_splitk"), full_name
         name = full_name.removesuffix("_splitk")
+        assert (p["FEW_ROWS"] == 32) == name.endswith("_rows32") and p["FEW_ROWS"] in (0, 32), full_name
+        name = name.removesuffix("_rows32")
         assert p["UNALIGNED"] == name.endswith("_unaligned"), full_name
         name = name.removesuffix("_unaligned")
         assert p["A_TRANSPOSED"] == ("_bcf" in name), name
@@ -199,11 +201,12 @@ def test_a_column_major_b_goes_to_the_sgemm_twin(name):
     """x @ W.T in exact fp32: the entry would copy W row-major on every call; its twin reads it in place."""
     decision = candidates.Decision(name, "a table said so")
     gpu = dispatch.Gpu("unknown GPU", 90)
-    col = b_placement(512, 4096, 4096, "col")
+    shape = (17, 1000, 33) if VARIANTS[name].max_rows() else (512, 4096, 4096)
+    col = b_placement(*shape, "col")
     chosen = placement_rules.b_layout(gpu, "float32", decision, col, ())
     assert chosen.variant == name.replace("sgemm_t_", "sgemm_t_kmajor_") and "B-layout rule" in chosen.reason
     assert col.for_variant(VARIANTS[name]).copies and not col.for_variant(KMAJOR_VARIANTS[chosen.variant]).copies
-    assert placement_rules.b_layout(gpu, "float32", decision, b_placement(512, 4096, 4096, "row"), ()) is decision
+    assert placement_rules.b_layout(gpu, "float32", decision, b_placement(*shape, "row"), ()) is decision
 
 
 def test_exact_fp32_x_at_w_t_copies_nothing_on_the_h100():

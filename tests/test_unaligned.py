@@ -189,17 +189,18 @@ def test_small_ragged_products_take_an_unaligned_entry(key, where):
         assert v.params["UNALIGNED"], (m, n, k, decision)
         if not decision.reason.startswith("dispatch table"):  # a table may name an unaligned entry itself
             assert decision.reason.startswith("unaligned operands"), (m, n, k, decision)
-            assert decision.variant == _fittest(key, m)
+            assert decision.variant == _fittest(key, m, n)
         if key == "float32":  # exact fp32 stays on CUDA cores
             assert v.family.name == "sgemm_simt" and v.acc == "float32"
 
 
-def _fittest(key, m):
-    """The unaligned entry the rule should take for m rows: the first listed of those whose tiles hold m with
-    the fewest rows, else the first of the tallest."""
+def _fittest(key, m, n):
+    """The unaligned entry the rule should take for an m×n C: the first listed of those whose tiles hold m
+    (a few-rows entry: the smaller of m and n) with the fewest rows, else the first of the tallest."""
     listed = dispatch.candidates()["unaligned"][key]
     rows = {name: registry.lookup(name).family.tile(registry.lookup(name).params)[0] for name in listed}
-    holding = [name for name in listed if rows[name] >= m]
+    held = {name: m if registry.lookup(name).max_rows() is None else min(m, n) for name in listed}
+    holding = [name for name in listed if rows[name] >= held[name]]
     if holding:
         return next(name for name in holding if rows[name] == min(rows[h] for h in holding))
     return next(name for name in listed if rows[name] == max(rows.values()))
@@ -217,7 +218,31 @@ def test_the_rule_takes_the_tile_that_fits_m(key):
         rows = v.family.tile(v.params)[0]
         assert v.params["UNALIGNED"] and (rows == 64 if m > 32 else rows >= m), (m, decision)
         assert (v.family.name == "skinny") == (m <= few) and (rows == 32 or m <= few or m > 32), (m, decision)
-        assert decision.variant == _fittest(key, m) and "fits M best" in decision.reason
+        assert decision.variant == _fittest(key, m, 1001) and "fits M best" in decision.reason
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_few_columns_take_a_few_rows_entry_swapped(key):
+    """A @ x with x of few columns and an odd K (or M): a few-rows entry, which swaps A and B (the skinny
+    kernels; up to 32 columns the 32-row tiles' `_rows32` twins, but for tf32), run by its K-major twin,
+    which reads the tall A where it lies. 64-row tiles took these before (4095×1×4095 ran on tiles of 64
+    columns with 63 of them empty); they keep the products whose swap would copy x and C for more than
+    the product costs."""
+    size = 2 if key in ("float16", "bfloat16") else 4
+    swapped = [(4095, 1, 4095), (4096, 2, 4095), (50257, 1, 768), (4095, 3, 4095)]
+    swapped += [(11008, 8, 4095), (14336, 17, 4095)] if key != "tf32" else []
+    kept = [(1001, 8, 1001), (4095, 33, 1001)] + ([(11008, 8, 4095)] if key == "tf32" else [])
+    for m, n, k in swapped + kept:
+        placement = _placement(m, n, k, key)
+        decision = dispatch.choose(H100, key, m, n, k, placement=placement)
+        v = registry.lookup(decision.variant)
+        arr = placement.for_variant(v)
+        assert v.params["UNALIGNED"] and (v.max_rows() is not None) == ((m, n, k) in swapped), (m, n, k, decision)
+        if (m, n, k) in swapped:  # the kernel's B is Aᵀ, read in place by the K-major twin; x and C may be copied
+            assert arr.swapped and v.family.b_layout == "col" and not arr.padded, (m, n, k, decision)
+            assert not arr.copy_b and arr.copy_bytes <= 4 * n * (m + k) * size, (m, n, k, decision)
+        else:
+            assert not arr.swapped and v.family.tile(v.params)[0] == 64 and not arr.copies, (m, n, k, decision)
 
 
 @pytest.mark.parametrize("key", KEYS)

@@ -67,6 +67,13 @@ def split_k_param(default: int = 0) -> Param:
                  "0 = chosen per shape to fill the GPU", lo=0, hi=64)
 
 
+def few_rows_param() -> Param:
+    """FEW_ROWS of a general family (its max_rows): an entry that serves only products whose smaller side is
+    at most FEW_ROWS, which the API puts in M, so its tile of few rows serves few columns too (A @ x)."""
+    return Param("FEW_ROWS", 0, "0: any product; n: only products whose smaller side is at most n, put in M "
+                 "(Cᵀ = Bᵀ·Aᵀ where N is smaller): the same kernel, oriented as a few-rows one", lo=0, hi=256)
+
+
 @dataclass(frozen=True)
 class Family:
     """A kernel family: a template plus the rules that make a parameter set valid.
@@ -106,7 +113,8 @@ class Family:
     split_k_min_k  params -> the least K a split should sum (None: split_policy.MIN_K_PER_SPLIT); a kernel
                 whose partial tile is small next to its slice of the operands, or whose K blocks are slow to
                 load, may split finer.
-    max_rows    params -> the most rows of C the kernel serves (None: any M). The API puts the smaller
+    max_rows    params -> the most rows of C the kernel serves (None: any M; a family whose entries may serve
+                any or few, FEW_ROWS, returns None for the former). The API puts the smaller
                 side of the product in M (swapping A and B: Cᵀ = Bᵀ·Aᵀ) and refuses a problem whose
                 M and N both exceed it, before anything launches. A dispatcher asks it which problems a
                 variant can serve: min(M, N) <= max_rows(params).

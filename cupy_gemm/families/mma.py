@@ -37,7 +37,7 @@ import dataclasses
 
 from ..errors import ConfigError
 from .base import (ACC_TYPES, CUDA_TYPES, FILL_RESIDENT, RENAMED_BLOCK_SWIZZLE, Family, Param,
-                   block_swizzle_param, flag, split_k_param)
+                   block_swizzle_param, few_rows_param, flag, split_k_param)
 
 # float16 accumulates in float32 by default; float16 accumulation serves the seed-named kernels.
 _DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32",), "float32": ("tf32",)}
@@ -155,6 +155,7 @@ MMA = Family(
         split_k_param(1),  # 1: the plain kernel, its source unchanged
         flag("UNALIGNED", "read A and B and write C wherever they lie (align 1): register-staged, guarded "
              "element loads instead of 16-byte cp.async, element stores where C's chunks are not aligned"),
+        few_rows_param(),
     ),
     dtypes=_DTYPES,
     threads=threads,
@@ -164,6 +165,7 @@ MMA = Family(
     align=lambda p, dtype: 1 if p["UNALIGNED"] else _vec(dtype),
     rules=(_rules,),
     min_cc=lambda p, dtype, acc: 80,
+    max_rows=lambda p: p["FEW_ROWS"] or None,
     renamed=RENAMED_BLOCK_SWIZZLE,
     split_k=True,
     atomic_sum=True,

@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ConfigError
-from .base import (FILL_RESIDENT, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag,
-                   split_k_param)
+from .base import (FILL_RESIDENT, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, few_rows_param,
+                   flag, split_k_param)
 
 
 def _threads(p) -> int:
@@ -100,6 +100,7 @@ SGEMM_SIMT = Family(
               "ptxas's reuse cache, fewer register-bank conflicts); the same bits", choices=(0, 1, 2)),
         flag("UNALIGNED", "read A and B and write C wherever they lie (align 1): float4 accesses only where "
              "a group is aligned and inside the matrix, else guarded single floats"),
+        few_rows_param(),
     ),
     dtypes={"float32": ("float32",)},
     threads=_threads,
@@ -111,6 +112,7 @@ SGEMM_SIMT = Family(
     rules=(_rules,),
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
+    max_rows=lambda p: p["FEW_ROWS"] or None,
     split_k=True,
     atomic_sum=True,
     # the unaligned loads (element by element off a float4 group) wait on their latency: the automatic split

@@ -29,7 +29,7 @@ def _setup(name):
     assert launch.uses_pdl(v, cupy.cuda.Device()), f"{name} is not launched programmatically"
     if v.dtype == "bfloat16":
         pytest.importorskip("ml_dtypes")
-    rows = 200 if v.family.max_rows is None else v.family.max_rows(v.params)
+    rows = v.max_rows() or 200
     return v, rows
 
 

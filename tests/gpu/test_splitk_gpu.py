@@ -19,7 +19,7 @@ def _runnable():
     cc = launch.compute_capability(cupy.cuda.Device())
     return [n for n, v in registry.catalogue().items()
             if v.family.split_k and v.params["SPLIT_K"] != 1 and v.runs_on(cc)
-            and v.family.max_rows is None  # the skinny families serve few rows: test_skinny_gpu.py
+            and v.max_rows() is None  # the skinny families serve few rows: test_skinny_gpu.py
             and not v.family.stream_k(v.params)]  # its own partition, no forced splits: test_shared_tile_gpu.py
 
 

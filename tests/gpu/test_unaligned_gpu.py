@@ -16,6 +16,7 @@ import pytest
 
 import cupy_gemm
 from cupy_gemm import dispatch, launch, operands, prepared, registry, verify
+from cupy_gemm.errors import InputError
 from unaligned_paths import CATALOGUE, path_variants
 
 try:
@@ -50,7 +51,7 @@ def _variant(name):
 
 def _fits(v, m, n) -> bool:
     """Whether v serves an m×n product (a few-rows kernel: its smaller side within the kernel's rows)."""
-    return v.family.max_rows is None or min(m, n) <= v.family.max_rows(v.params)
+    return v.max_rows() is None or min(m, n) <= v.max_rows()
 
 
 def _shapes(v, shapes):
@@ -162,7 +163,10 @@ def test_fortran_order(name):
 def test_batches(name):
     arg, v = _variant(name)
     _needs(v, "batched")
-    m, n, k = 63, 301, 33
+    m, n, k = (63, 301, 33) if _fits(v, 63, 301) else (5, 301, 33)  # 6 members of 5 rows fold into 30
+    if v.max_rows() is not None:  # batches are not swapped: members of more rows are refused before launch
+        with pytest.raises(InputError, match="serves at most"):
+            cupy_gemm.matmul(_normal((2, 301, k), v.dtype, 3), _normal((2, k, 17), v.dtype, 4), variant=arg)
     a, b = _normal((3, m, k), v.dtype, 3), _normal((3, k, n), v.dtype, 4)  # members at odd offsets
     out = _nan((3, m, n), v.dtype)
     cupy_gemm.matmul(a, b, variant=arg, out=out)
@@ -192,13 +196,14 @@ def test_gemm_with_beta(name):
 def test_bias_and_relu(name):
     arg, v = _variant(name)
     _needs(v, "epilogue")
-    for m, n, k in [(127, 1001, 33), (300, 300, 301)]:
+    for m, n, k in _shapes(v, [(127, 1001, 33), (300, 300, 301), (1001, 17, 33)]):
         a = _normal((m, k + 1), v.dtype, 11)[:, 1:]
         b, bias = _normal((k, n), v.dtype, 12), _normal((n,), v.dtype, 13)
         out = cupy_gemm.matmul(a, b, variant=arg, bias=bias, activation="relu")
         _check(v, out, a, b, bias=bias, relu=True, what=f"bias + relu, {m}x{n}x{k}")
-    a3, b3 = _normal((2, 63, 33), v.dtype, 14), _normal((2, 33, 1001), v.dtype, 15)
-    bias = _normal((1001,), v.dtype, 16)
+    m, n = (63, 1001) if _fits(v, 63, 1001) else (17, 1001)
+    a3, b3 = _normal((2, m, 33), v.dtype, 14), _normal((2, 33, n), v.dtype, 15)
+    bias = _normal((n,), v.dtype, 16)
     out = cupy_gemm.matmul(a3, b3, variant=arg, bias=bias, activation="relu")
     _check(v, out, a3, b3, bias=bias, relu=True, what="batched bias + relu")
 
@@ -208,7 +213,7 @@ def test_no_padded_copy(name, monkeypatch):
     """The operands reach the kernel as they are, and a repeated call with `out` allocates nothing; the
     aligned variant of the same arithmetic allocates its padded copies (so the count sees copies)."""
     arg, v = _variant(name)
-    m, n, k = (129 if _fits(v, 129, 1000) else v.family.max_rows(v.params)), 1000, 33
+    m, n, k = (129 if _fits(v, 129, 1000) else v.max_rows()), 1000, 33
     a = _normal((m, k + 2), v.dtype, 17)[:, 1:k + 1]
     if v.family.b_layout == "col":  # a K-major family's B: W.T of a view of W off 16 bytes
         b = _normal((n, k + 1), v.dtype, 18)[:, 1:].T
@@ -272,3 +277,26 @@ def test_the_default_reads_a_linear_weight_of_odd_k_in_place(dtype, precision):
         with _allocations() as sizes:
             cupy_gemm.matmul(x, w.T, out=out, precision=precision)
         assert sizes == [], f"the default ({chosen.name}) allocated {sizes} at {m}x{n}x{k}"
+
+
+@pytest.mark.parametrize("dtype,precision", [("float16", None), ("bfloat16", None), ("float32", None),
+                                             ("float32", "tf32")])
+def test_the_default_swaps_a_ragged_product_of_few_columns(dtype, precision):
+    """A @ x, x of one to eight columns and K or M odd: a few-rows entry computes xᵀ·Aᵀ, reading A where it
+    lies, wherever one covers the columns and the swap's copies (x, C) cost less than the product; every
+    element is right, and with one column nothing is copied."""
+    if dtype == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    few = 4 if precision == "tf32" else 32  # tf32 swaps for its exact few-rows entries only
+    for m, n, k in [(4095, 1, 4095), (4096, 2, 4095), (4095, 8, 4095), (11008, 17, 4095), (50257, 1, 768)]:
+        a, x = _normal((m, k), dtype, 31 + n), _normal((k, n), dtype, 32 + n)
+        text = dispatch.explain(dtype, m, n, k, precision=precision)
+        chosen = registry.lookup(text.splitlines()[1].removeprefix("variant: "))
+        assert chosen.params.get("UNALIGNED") and (chosen.max_rows() is not None) == (n <= few), text
+        out = _nan((m, n), dtype)
+        cupy_gemm.matmul(a, x, out=out, precision=precision)
+        _check(chosen, out, a, x, what=f"A @ x, {m}x{n}x{k}")
+        if n == 1:
+            with _allocations() as sizes:
+                cupy_gemm.matmul(a, x, out=out, precision=precision)
+            assert sizes == [], f"the default ({chosen.name}) allocated {sizes} at {m}x{n}x{k}"
