@@ -282,7 +282,7 @@ def test_the_default_reads_a_linear_weight_of_odd_k_in_place(dtype, precision):
 @pytest.mark.parametrize("dtype,precision", [("float16", None), ("bfloat16", None), ("float32", None),
                                              ("float32", "tf32")])
 def test_the_default_swaps_a_ragged_product_of_few_columns(dtype, precision):
-    """A @ x, x of one to eight columns and K or M odd: a few-rows entry computes xᵀ·Aᵀ, reading A where it
+    """A @ x, x of 1 to 17 columns and K or M odd: a few-rows entry computes xᵀ·Aᵀ, reading A where it
     lies, wherever one covers the columns and the swap's copies (x, C) cost less than the product; every
     element is right, and with one column nothing is copied."""
     if dtype == "bfloat16" and ml_dtypes is None:

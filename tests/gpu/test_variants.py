@@ -21,8 +21,8 @@ def _runnable():
 
 def _general():
     """Variants serving every shape through matmul: few-rows ones are in test_skinny_gpu.py (the `_rows32`
-    tiles in test_unaligned_gpu.py), fp8 ones (abi
-    "scaled": they take scales and run through scaled_mm) in test_fp8_gpu.py, grouped ones in test_grouped_gpu.py."""
+    tiles in test_unaligned_gpu.py), fp8 ones (abi "scaled": they take scales and run through scaled_mm) in
+    test_fp8_gpu.py, grouped ones in test_grouped_gpu.py."""
     return {n: v for n, v in registry.catalogue().items()
             if v.max_rows() is None and v.family.abi not in ("scaled", "grouped")}
 
