@@ -10,9 +10,10 @@ from cupy_gemm.render import render
 
 CATALOGUE = registry.catalogue()
 SPLIT_FAMILIES = ("wgmma", "wgmma_tf32", "sgemm_simt", "mma")
-# stream-K entries (SPLIT_K = 0 too) take their splits from their partition: tests/test_family_wgmma.py
+# stream-K entries (SPLIT_K = 0 too) take their splits from their partition: tests/test_family_wgmma.py;
+# the `_rows32` entries split as their plain twins for at most 32 rows: tests/test_family_mma.py
 NEW = [n for n, v in CATALOGUE.items() if v.family.name in SPLIT_FAMILIES and v.params["SPLIT_K"] != 1
-       and not v.family.stream_k(v.params)]
+       and not v.family.stream_k(v.params) and v.max_rows() is None]
 OLD = [n for n, v in CATALOGUE.items() if v.family.name in SPLIT_FAMILIES and v.params["SPLIT_K"] == 1]
 SMS = 132
 
