@@ -5,7 +5,8 @@ with a leading dimension) and alignment (Family.align). From the geometry of a, 
 byte strides, item size, address modulo ALIGN_MODULUS) `arrange` decides what operands.resolve then does: use
 them in place (also strided views), swap A and B where only the transposed problem is zero-copy (Cᵀ = Bᵀ·Aᵀ
 turns a column-major problem into a row-major one), copy an operand into the kernel's layout, compute into a
-temporary C and copy it back, or zero-pad K (and N, or M) so that the alignment holds — and what those copies
+temporary C and copy it back (also where N does not meet the alignment of a kernel that reads B K-major through
+TMA, Family.ragged_n), or zero-pad K (and N, or M) so that the alignment holds — and what those copies
 cost: the bytes they read and write, and how many kernels they launch. No CuPy and no device: dispatch prices
 the copies with it before it chooses a variant.
 """
@@ -138,45 +139,54 @@ class Placement:
         given (align=1: the copies its layout alone would need)."""
         fam = variant.family
         align = fam.align(variant.params, variant.dtype) if align is None else align
-        return arrange(self.a, self.b, self.c, fam.layout, align, fam.b_layout, variant.max_rows(), self.beta_read)
+        return arrange(self.a, self.b, self.c, fam.layout, align, fam.b_layout, variant.max_rows(), self.beta_read,
+                       fam.ragged_n, fam.scalar_c)
 
 
 def arrange(a: Geometry, b: Geometry, c: Geometry, layout: str, align: int, b_layout: str | None = None,
-            max_rows: int | None = None, beta_read: bool = True) -> Arrangement:
+            max_rows: int | None = None, beta_read: bool = True, ragged_n: bool = False,
+            scalar_c: bool = False) -> Arrangement:
     """How a kernel of `layout` needing `align` gets a, b and c (`b_layout`: B's own layout where it differs;
     `max_rows`: a kernel serving few rows of C, oriented by swap_for_rows). beta_read=False: the kernel will
-    not read C (beta = 0), so a temporary C need not start as the output's copy."""
+    not read C (beta = 0), so a temporary C need not start as the output's copy. ragged_n: a row kernel that
+    takes any N (Family.ragged_n), whose C is then its own buffer where N does not meet `align`; scalar_c: a
+    kernel that writes any C in place (Family.scalar_c)."""
     orders = (layout, b_layout or layout)
     if max_rows is not None:
         swapped = swap_for_rows(a.shape[0], b.shape[1], max_rows)
         if swapped:
             a, b, c = b.T, a.T, c.T
-        return _oriented(a, b, c, layout, align, orders, swapped, False, beta_read)
-    return _oriented(a, b, c, layout, align, orders, False, True, beta_read)
+        return _oriented(a, b, c, layout, align, orders, swapped, False, beta_read, ragged_n, scalar_c)
+    return _oriented(a, b, c, layout, align, orders, False, True, beta_read, ragged_n, scalar_c)
 
 
-def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, beta_read: bool) -> Arrangement:
+def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, beta_read: bool,
+              ragged_n: bool, scalar_c: bool) -> Arrangement:
     """The product as given, or (may_swap) its transpose where only that one is zero-copy, or where both
     copy an operand and the transpose's copies move fewer bytes (x @ W.T with a small x and a kernel that
     reads B row-major: copying x and C beats copying W). A C of another dtype than A and B (a family that
     converts) is aligned to as many bytes in its own elements."""
     other = "col" if layout == "row" else "row"
-    out_align = c_align(align, a.itemsize, c.itemsize)
+    out_align = 1 if scalar_c else c_align(align, a.itemsize, c.itemsize)
     m, k = a.shape
     n = b.shape[1]
+    ragged = lambda cols: ragged_n and cols % align != 0
 
     def aligned(rows, cols):  # row kernels read K and N contiguously, column kernels M and K
-        return k % align == 0 and (cols if layout == "row" else rows) % align == 0
+        return k % align == 0 and (ragged(cols) or (cols if layout == "row" else rows) % align == 0)
 
-    if aligned(m, n) and fits(c, layout, out_align) is not None:
+    def c_fits(order, cols):  # C written in place; a ragged N's vector stores would reach past the caller's C
+        return (scalar_c or not ragged(cols)) and fits(c, order, out_align) is not None
+
+    if aligned(m, n) and c_fits(layout, n):
         given = _in_place(a, b, orders, align, swapped)
         if not (may_swap and given.copies and aligned(n, m)):
             return given
         turned = _in_place(b.T, a.T, orders, align, True)
-        if fits(c, other, out_align) is None:  # Cᵀ through a fresh array, copied back
+        if not c_fits(other, m):  # Cᵀ through a fresh array, copied back
             turned = _plus(replace(turned, temp_c=True), (2 + 2 * beta_read) * c.nbytes, 1 + beta_read)
         return turned if turned.traffic < given.traffic else given
-    if may_swap and aligned(n, m) and fits(c, other, out_align) is not None:  # same kernel, transposes
+    if may_swap and aligned(n, m) and c_fits(other, m):  # same kernel, transposes
         return _in_place(b.T, a.T, orders, align, True)
     if aligned(m, n):  # c is a view no kernel can write: compute into a fresh array, copy back
         moved, launches = (2 + 2 * beta_read) * c.nbytes, 1 + beta_read

@@ -180,19 +180,22 @@ class Operands:
 
 
 def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
-            max_rows: int | None = None, beta_read: bool = True) -> Operands:
+            max_rows: int | None = None, beta_read: bool = True, ragged_n: bool = False,
+            scalar_c: bool = False) -> Operands:
     """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`;
     `b_layout` is B's own layout where it differs (a "row" kernel reading B K-major takes "col");
     `max_rows` fixes the orientation for a kernel serving few rows of C (see swap_for_rows). An out of
     another dtype than a and b (a converting family) is aligned to as many bytes in its own elements.
 
     out must already hold beta·C's input (the caller copies c into it when beta != 0); beta_read=False
-    says the kernel will not read it (beta = 0), so a temporary C need not start as out's copy."""
+    says the kernel will not read it (beta = 0), so a temporary C need not start as out's copy; ragged_n and
+    scalar_c: the kernel takes any N, or writes any C (Family.ragged_n, Family.scalar_c)."""
     import cupy
 
-    arr = arrange(geometry(a), geometry(b), geometry(out), layout, align, b_layout, max_rows, beta_read)
+    arr = arrange(geometry(a), geometry(b), geometry(out), layout, align, b_layout, max_rows, beta_read, ragged_n,
+                  scalar_c)
     orders = (layout, b_layout or layout)
-    out_align = c_align(align, a.itemsize, out.itemsize)
+    out_align = 1 if scalar_c else c_align(align, a.itemsize, out.itemsize)
     if arr.swapped:
         a, b, out = b.T, a.T, out.T
     C, copy_back = out, None
@@ -229,7 +232,8 @@ def _output_buffer(cupy, dtype, shape, layout, align):
 
 
 def _copy(cupy, x, layout):
-    return cupy.ascontiguousarray(x) if layout == "row" else cupy.asfortranarray(x)
+    """A new array (never x itself: a contiguous x may be the view off its alignment being copied)."""
+    return cupy.array(x, order="C" if layout == "row" else "F", copy=True)
 
 
 def _padded(cupy, x, shape, layout):

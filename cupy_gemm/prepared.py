@@ -112,7 +112,7 @@ class Prepared:
         v = self.variant
         fam = v.family
         ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout, v.max_rows(),
-                               self.beta != 0)
+                               self.beta != 0, fam.ragged_n, fam.scalar_c)
         params = None
         if self.epilogue is not None:  # in the kernel's orientation; the operands as the caller gave them
             v = v.with_extras(epilogue=self.epilogue.transposed(ops.swapped), out_dtype=self.out_dtype)

@@ -59,9 +59,11 @@ def test_on_chip_sums_and_whole_k():
 
 
 def test_a_swapped_product_names_the_kernels_own_problem():
-    """4096×16×4096: the decode kernel serves 16 rows, so it computes Cᵀ = Bᵀ·Aᵀ."""
+    """4096×16×4096: the decode kernel serves 16 rows, so it computes Cᵀ = Bᵀ·Aᵀ, into a buffer of its own
+    (Cᵀ of a row-major C is column-major)."""
     text, v = _explained("float16", 4096, 16, 4096)
-    assert v.max_rows() is not None and "launch: the kernel's 16×4096×4096 (A and B swapped)" in text
+    assert v.max_rows() is not None
+    assert "launch: the kernel's 16×4096×4096 (A and B swapped, C into a buffer of its own, copied back)" in text
 
 
 def test_without_nvrtc_the_split_model_assumes_registers(monkeypatch):

@@ -159,6 +159,47 @@ def test_the_price_of_padding():
     assert arr.swapped and not arr.copies
 
 
+def test_a_ragged_n_is_not_padded_for_a_family_that_reads_b_k_major():
+    """x @ W.T with W of 32001 rows: a family reading B K-major through TMA (Family.ragged_n) takes W as it
+    lies and writes C into a buffer of its own (its leading dimension aligned), copied back; others pad W."""
+    fp16 = lambda *shape: fresh(shape, 2)
+    x, w, c = fp16(16, 4096), fp16(32001, 4096), fp16(16, 32001)
+    arr = arrange.arrange(x, w.T, c, "row", 8, "col", 16, beta_read=False, ragged_n=True)
+    assert (arr.padded, arr.copy_a, arr.copy_b, arr.temp_c) == (None, False, False, True)
+    assert (arr.copy_bytes, arr.copy_launches) == (2 * c.nbytes, 1)
+    assert arrange.arrange(x, w.T, c, "row", 8, "col", 16, beta_read=False).padded == (16, 4096, 32008)
+    # an output view whose leading dimension is aligned is still not written in place: stores of column
+    # pairs past an odd N would reach the columns beside it; an aligned N is written in place
+    view = arrange.Geometry((16, 32001), (2 * 32008, 2), 2)
+    assert arrange.arrange(x, w.T, view, "row", 8, "col", 16, ragged_n=True).temp_c
+    view = arrange.Geometry((16, 32000), (2 * 32008, 2), 2)
+    assert not arrange.arrange(x, fp16(32000, 4096).T, view, "row", 8, "col", 16, ragged_n=True).copies
+    # a kernel storing C element by element (Family.scalar_c) writes it where it lies, whatever its stride
+    arr = arrange.arrange(x, w.T, c, "row", 8, "col", 16, ragged_n=True, scalar_c=True)
+    assert not arr.copies
+    # a row-major B is copied into the family's layout, not padded; an odd K still pads
+    arr = arrange.arrange(x, fp16(4096, 32001), c, "row", 8, "col", 16, ragged_n=True)
+    assert arr.padded is None and arr.copy_b
+    assert arrange.arrange(fp16(16, 4095), fp16(32001, 4095).T, c, "row", 8, "col", 16, ragged_n=True).padded
+
+
+@pytest.mark.parametrize("key", ("float16", "bfloat16", "tf32"))
+def test_an_odd_vocabulary_is_read_in_place_by_the_default(key):
+    """x @ W.T with W of 32001 rows (decode and prefill) and A @ x with A of 50257 rows (swapped, A the
+    K-major B): the 16-bit and tf32 defaults run on a family that takes any N, reading W (A) in place
+    (exact fp32 takes CUDA-core kernels, which align N by padding)."""
+    size = 2 if key in ("float16", "bfloat16") else 4
+    for m, n, k, col in ((16, 32001, 4096, True), (2048, 32001, 4096, True), (50257, 8, 768, False)):
+        b = fresh((n, k), size).T if col else fresh((k, n), size)
+        placement = Placement(fresh((m, k), size), b, fresh((m, n), size))
+        decision = dispatch.choose(H100, key, m, n, k, placement=placement)
+        v = registry.lookup(decision.variant)
+        arr = placement.for_variant(v)
+        assert not arr.padded and not arr.copy_b and arr.swapped == (not col), (key, m, n, k, decision)
+        # C is the caller's where the kernel stores it element by element and it lies row-major
+        assert v.family.ragged_n and arr.temp_c == (arr.swapped or not v.family.scalar_c), (key, m, n, k, decision)
+
+
 @pytest.mark.parametrize("m,swapped", [(64, True), (512, True), (4096, False)])
 def test_x_at_w_transposed_copies_the_lesser_operand(m, swapped):
     """x @ W.T with W stored N×K, for a kernel reading B row-major: either copy W, or multiply Wᵀ's
@@ -229,7 +270,7 @@ def test_few_columns_take_a_few_rows_entry_swapped(key):
     columns with 63 of them empty); they keep the products whose swap would copy x and C for more than
     the product costs."""
     size = 2 if key in ("float16", "bfloat16") else 4
-    swapped = [(4095, 1, 4095), (4096, 2, 4095), (50257, 1, 768), (4095, 3, 4095)]
+    swapped = [(4095, 1, 4095), (4096, 2, 4095), (50257, 1, 767), (4095, 3, 4095)]
     swapped += [(11008, 8, 4095), (14336, 17, 4095)] if key != "tf32" else []
     kept = [(1001, 8, 1001), (4095, 33, 1001)] + ([(11008, 8, 4095)] if key == "tf32" else [])
     for m, n, k in swapped + kept:

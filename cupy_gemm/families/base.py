@@ -142,6 +142,13 @@ class Family:
                 modes of templates/common/stream_k.cuh, whole tiles first, then shares of the rest's K
                 blocks); the launcher sizes the grid and the workspace by cupy_gemm/stream_k.py, which
                 mirrors those partitions.
+    ragged_n    a row family reading B K-major that takes any N: rows of n past N arrive as zeros (TMA) or
+                repeat row N - 1, and C is stored in groups of at most `align` input elements' bytes that
+                start inside N. N then need not meet `align` (K and the leading dimensions still do): the
+                API writes C into a buffer of its own, whose aligned leading dimension holds such a group's
+                columns past N, and copies it back, rather than pad B.
+    scalar_c    C is stored element by element with guards (common/epilogue.cuh's store_c): its leading
+                dimension, base address and N need not meet `align`, so C is written where it lies.
     pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
                 memory, so the launcher may start it while the previous kernel on the stream still runs
                 (programmatic dependent launch, sm_90 and later: cupy_gemm/driver.py).
@@ -176,6 +183,8 @@ class Family:
     batched: bool = False
     epilogue: bool = False
     convert: bool = False
+    ragged_n: bool = False
+    scalar_c: bool = False
     pdl: bool = False
     cluster: Callable[[Mapping[str, int]], int] = lambda p: 1
     cluster_splits_k: Callable[[Mapping[str, int]], bool] = lambda p: False

@@ -133,6 +133,7 @@ DECODE = Family(
     needs_sm90a=True,
     max_rows=lambda p: p["ROWS"],
     cluster=lambda p: p["CS"],
+    scalar_c=True,
     pdl=True,
 )
 
@@ -149,6 +150,7 @@ DECODE_KMAJOR = dataclasses.replace(
         "and summed in distributed shared memory",
     rules=(_rules, _kmajor_box),
     b_layout="col",
+    ragged_n=True,
 )
 
 FAMILIES = (DECODE, DECODE_KMAJOR)

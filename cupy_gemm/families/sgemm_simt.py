@@ -133,6 +133,7 @@ SGEMM_SIMT_KMAJOR = dataclasses.replace(
     name="sgemm_simt_kmajor",
     doc="fp32 CUDA-core GEMM reading B column-major (x @ W.T, W stored N×K) in place; as sgemm_simt otherwise",
     b_layout="col",
+    ragged_n=True,  # rows of n past N read row N - 1; C's float4 groups that start inside N are stored whole
 )
 
 FAMILIES = (SGEMM_SIMT, SGEMM_SIMT_KMAJOR)

@@ -322,6 +322,7 @@ WGMMA_TF32 = Family(
     params=_params((32, 64), 32),
     dtypes={"float32": ("tf32",)},
     b_layout="col",
+    ragged_n=True,
     **_COMMON,
 )
 
@@ -342,6 +343,7 @@ WGMMA_KMAJOR = Family(
     params=_params((64, 128), 64, bn_most=384),
     dtypes={"float16": ("float32",), "bfloat16": ("float32",)},
     b_layout="col",
+    ragged_n=True,
     **_COMMON,
 )
 

@@ -63,6 +63,7 @@ WGMMA_3XTF32 = Family(
     dtypes={"float32": ("3xtf32",)},
     **WARP_SPECIALISED,
     b_layout="col",
+    ragged_n=True,
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // FP32_BYTES,
     rules=(rule_tiles, _rule_registers),
