@@ -15,7 +15,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import batching, dispatch, launch, operands, prepared, registry
+from . import arrange, batching, dispatch, launch, operands, placement_rules, prepared, registry
+from .candidates import Decision
 from .errors import DeviceError, DTypeError, InputError
 
 
@@ -77,15 +78,23 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
             _empty_batch(full, alpha, beta, plan, epilogue, values)
             return out
         needs = ("batched",) + (("epilogue",) if epilogue is not None else ()) + (("convert",) if converts else ())
-        chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts)
-        run = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts, deterministic)
-        if run is not None:
-            _remember(key, ("launch", plan, run, OrderedDict()))
+        # a call whose operands are copied is not remembered whole (below), but its choice is: the key holds
+        # what it depends on
+        chosen = prepared.recall(_choices, key)
+        if chosen is None:
+            chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts, (a3, b3, full))
+            if key is not None:
+                with prepared._lock:
+                    prepared.keep(_choices, key, chosen, ENTRIES)
+        ran = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts, deterministic)
+        if ran is not None:
+            _remember(key, ("launch", plan, *ran, OrderedDict()))
     return out
 
 
 ENTRIES = 256  # call geometries kept (least recently used dropped)
 _entries: OrderedDict = OrderedDict()
+_choices: OrderedDict = OrderedDict()  # the variant per call geometry, for calls that copy an operand
 
 
 def _remember(key, entry) -> None:
@@ -111,19 +120,24 @@ def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogu
         _run_folded(_fold(a3, b3, full, plan, epilogue), alpha, beta, variant, decide, precision, epilogue, values,
                     deterministic)
         return out
-    run, addresses = known[2], known[3]
+    run, buffer, addresses = known[2], known[3], known[4]
+    C = full if buffer is None else cupy.empty(buffer, full.dtype)[..., :plan.n]  # as _run made it
+    if C is not full and beta != 0:
+        C[...] = full
     member = lambda x: x[(0,) * (x.ndim - 2)]
     if run.variant.family.make_args is None:  # the pointer ABI: member 0 starts where each array does
-        args = (a3, b3, full) + run.args[launch.POINTER_SLOTS:]
+        args = (a3, b3, C) + run.args[launch.POINTER_SLOTS:]
     else:  # tensor maps embed the addresses: argument tuples kept per address triple, as prepared.py does
-        where = (a.data.ptr, b.data.ptr, out.data.ptr)
+        where = (a.data.ptr, b.data.ptr, C.data.ptr)
         args = addresses.get(where)
         if args is None:
-            args = prepared.keep(addresses, where, run.pack(run.rebind(member(a3), member(b3), member(full))),
+            args = prepared.keep(addresses, where, run.pack(run.rebind(member(a3), member(b3), member(C))),
                                  prepared.ADDRESSES)
     if epilogue is not None:
         args = run.with_epilogue(epilogue.pack(values, plan.m, plan.n), args)
     run.launch(args)
+    if C is not full:
+        full[...] = C
     return out
 
 
@@ -180,11 +194,13 @@ def _empty_batch(out, alpha, beta, plan, epilogue, values):
             prepared.epilogue_only(epilogue, member, values)
 
 
-def _choose(variant, decide, plan, dtype, device, precision, needs, converts=None):
+def _choose(variant, decide, plan, dtype, device, precision, needs, converts=None, matrices=None):
     """The variant for the batch: the caller's (it must run batches), or by default the batched entry of
     the dtype's big-tile and small-tile lists that pads a member's C least (the larger tile among equals):
-    a member is often one tile or a few, where padding, not waves, decides. converts: C's dtype name
-    where it is not `dtype`'s."""
+    a member is often one tile or a few, where padding, not waves, decides; given B's members column-major
+    (x @ W.T per expert or head) and the (a, b, out) `matrices`, its twin family's entry that reads them in
+    place (placement_rules.b_layout), where the entry chosen would copy every member. converts: C's dtype
+    name where it is not `dtype`'s."""
     if variant is not None:
         problem = operands.Problem(plan.m, plan.n, plan.k, np.dtype(dtype), device.id, converts)
         chosen = decide(variant, problem, precision)
@@ -203,23 +219,33 @@ def _choose(variant, decide, plan, dtype, device, precision, needs, converts=Non
         raise InputError(f"no variant for {key} batches{' with an epilogue' if 'epilogue' in needs else ''}"
                          f"{f' stored as {converts}' if converts else ''} runs on this GPU")
     area = lambda v: v.family.tile(v.params)[0] * v.family.tile(v.params)[1]
-    return min(usable, key=lambda v: (dispatch.padded_area(v, plan.m, plan.n), -area(v)))
+    chosen = min(usable, key=lambda v: (dispatch.padded_area(v, plan.m, plan.n), -area(v)))
+    if matrices is None:
+        return chosen
+    member = lambda x: arrange.geometry(x[(0,) * (x.ndim - 2)])
+    placement = arrange.Placement(*(member(x) for x in matrices))
+    return registry.lookup(placement_rules.b_layout(gpu, key, Decision(chosen.name, ""), placement, needs).variant)
 
 
 def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, converts=None, deterministic=True):
-    """The batched launch: each operand in place where its members fit the family, else copied."""
+    """The batched launch: each operand in place where its members fit the family, else copied. Returns
+    (the launch, the shape of the buffer of its own it wrote C into, or None) where A and B were used in
+    place, else None."""
     import cupy
     fam = variant.family
     align = fam.align(variant.params, variant.dtype)
     out_align = operands.c_align(align, a.itemsize, out.itemsize)  # the same bytes in C's elements
     up = lambda x: -(-x // align) * align
-    k_pad, n_pad = up(plan.k), up(plan.n) if fam.layout == "row" else plan.n
+    # a family that takes any N (Family.ragged_n) reads B as it is; its C, whose vector stores may pass a
+    # ragged N, is then a buffer of aligned stride
+    ragged = fam.ragged_n and plan.n % align != 0
+    k_pad, n_pad = up(plan.k), up(plan.n) if fam.layout == "row" and not ragged else plan.n
     if fam.layout != "row":
         raise InputError(f"variant {variant.name!r}: batches run on row-major families")
     A = _member_layout(cupy, a, "row", align, cols=k_pad)
     B = _member_layout(cupy, b, fam.b_layout or "row", align, rows=k_pad, cols=n_pad)
     C, copy_back = out, None
-    if n_pad != plan.n or not _fits(out, "row", out_align):
+    if n_pad != plan.n or ragged or not _fits(out, "row", out_align):
         C = _members_buffer(cupy, out, n_pad, out_align)  # the kernel writes all of it
         if beta != 0:
             C[..., :plan.n] = out
@@ -249,8 +275,10 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     run()
     if copy_back is not None:
         out[...] = copy_back
+    if A is not a or B is not b:
         return None
-    return run if A is a and B is b else None  # a repeated call may reuse it: nothing was copied
+    # a repeated call may reuse the launch: A and B were used in place, C is out or a buffer of the same shape
+    return run, None if copy_back is None else C.base.shape
 
 
 def _fits(x, order: str, align: int) -> bool:

@@ -9,7 +9,9 @@ calls with equal keys pass the same shape, dtype and device checks of operands.c
 the same arrangement of the operands (in place, swapped to Cᵀ = Bᵀ·Aᵀ, or copied) and the same grid and
 scalar arguments. What looks at addresses runs on every call: the overlap checks, and the tensor maps of
 Hopper families, which embed the addresses (so their entry keeps an LRU of argument tuples by address, and
-rotating weights still hit). A hit costs the key, a dictionary lookup, the output allocation and the launch.
+rotating weights still hit). A hit costs the key, a dictionary lookup, the output allocation and the launch;
+where the kernel writes a C of its own (a ragged N, an output view no kernel can write), also that buffer
+and the copy into out. A call whose A or B is copied resolves again each time.
 """
 from __future__ import annotations
 
@@ -68,7 +70,10 @@ class Prepared:
         self.empty = 0 in (problem.m, problem.n, problem.k)
         self.is_cublas = isinstance(variant, str) and variant == CUBLAS
         self.by_address = not self.is_cublas and variant.family.make_args is not None
-        self.direct = None  # (launch, swapped) once a run showed the operands need no copy
+        # (launch, swapped, C's buffer) once a run showed that A and B need no copy: the buffer None where the
+        # kernel writes out itself, else (shape, order, view) of the buffer of its own it writes (a ragged N,
+        # a view no kernel can write), made anew each call and copied into out
+        self.direct = None
         self.addresses: OrderedDict = OrderedDict()
 
     def run(self, a, b, c, out, values=None):
@@ -90,23 +95,27 @@ class Prepared:
         direct = self.direct
         if direct is None:
             return self._resolve_and_run(a, b, out, values)
-        known, swapped = direct
+        known, swapped, buffer = direct
+        dest = out.T if swapped else out  # C as the kernel sees it
+        C = dest if buffer is None else _buffer(out.dtype, *buffer)
+        if C is not dest and beta != 0:
+            C[...] = dest
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
             A, B = (b, a) if swapped else (a, b)
             if self.epilogue is None:
-                known.launch_pointers(A, B, out)
-                return out
-            args = (A, B, out) + known.args[launch.POINTER_SLOTS:]
+                known.launch_pointers(A, B, C)
+                return _copied_back(out, dest, C)
+            args = (A, B, C) + known.args[launch.POINTER_SLOTS:]
         else:
-            where = (a.data.ptr, b.data.ptr, out.data.ptr)
+            where = (a.data.ptr, b.data.ptr, C.data.ptr)
             args = self.addresses.get(where)
             if args is None:
-                args = known.pack(known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out))))
+                args = known.pack(known.rebind(*((b.T, a.T, C) if swapped else (a, b, C))))
                 self._remember(where, args)
         if self.epilogue is not None:
             args = known.with_epilogue(self.epilogue.pack(values, self.m, self.n), args)
         known.launch(args)
-        return out
+        return _copied_back(out, dest, C)
 
     def _resolve_and_run(self, a, b, out, values=None):
         v = self.variant
@@ -125,10 +134,13 @@ class Prepared:
         if ops.copy_back is not None:
             dest, src = ops.copy_back
             dest[...] = src
-        if ops.zero_copy:  # the same key always resolves the same way: remember how
-            self.direct = (run, ops.swapped)
+        if not ops.copied and ops.arrangement.padded is None:  # the same key always resolves the same way
+            C = ops.C
+            buffer = None if ops.copy_back is None else (C.base.shape, "C" if C.base.flags.c_contiguous else "F",
+                                                          C.shape)
+            self.direct = (run, ops.swapped, buffer)
             if self.by_address:
-                self._remember((a.data.ptr, b.data.ptr, out.data.ptr), run.pack(run.args))
+                self._remember((a.data.ptr, b.data.ptr, C.data.ptr), run.pack(run.args))
         return out
 
     def _remember(self, where, args):
@@ -225,6 +237,17 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
             b_data.ptr & 255, extra, device_id, launch.current_stream(), token, alpha, beta, tf32, precision, epilogue,
             out_dtype, deterministic)
+
+
+def _buffer(dtype, shape, order, view):
+    """A new buffer of `shape` in `order`, its leading `view` (a C of the kernel's own, as resolve makes it)."""
+    return (_cupy or _cupy_module()).empty(shape, dtype, order=order)[:view[0], :view[1]]
+
+
+def _copied_back(out, dest, C):
+    if C is not dest:
+        dest[...] = C
+    return out
 
 
 def epilogue_only_source(ep, dtype: str) -> str:

@@ -6,7 +6,7 @@ that keys it by the operands' alignment."""
 import jinja2
 import pytest
 
-from cupy_gemm import api, arrange, cli, dispatch, epilogue, operands, registry
+from cupy_gemm import api, arrange, batched, batching, cli, dispatch, epilogue, operands, prepared, registry
 from cupy_gemm.arrange import Placement, fresh, geometry
 from cupy_gemm.compile import compile_variant
 from cupy_gemm.dispatch import Gpu
@@ -198,6 +198,26 @@ def test_an_odd_vocabulary_is_read_in_place_by_the_default(key):
         assert not arr.padded and not arr.copy_b and arr.swapped == (not col), (key, m, n, k, decision)
         # C is the caller's where the kernel stores it element by element and it lies row-major
         assert v.family.ragged_n and arr.temp_c == (arr.swapped or not v.family.scalar_c), (key, m, n, k, decision)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_batch_of_weights_stored_n_by_k_takes_the_k_major_twin(gpu, key, monkeypatch):
+    """x @ W.T per member (each expert's or head's own weight, stored N×K): the default batch takes the
+    K-major twin of its entry, which reads every member in place; with W stored K×N, the entry itself."""
+    choose = lambda w, matrices: batched._choose(None, None, batching.plan(x.shape, x.strides, w.shape, w.strides,
+                                                                           itemsize=x.itemsize),
+                                                 x.dtype, prepared.device_of(0), None, ("batched",), None, matrices)
+    monkeypatch.setenv("CUPY_TF32", "1" if key == "tf32" else "0")
+    dtype = "float32" if key == "tf32" else key
+    x, out = gpu.array((3, 70, 264), dtype), gpu.array((3, 70, 1001), dtype)
+    for w, col in ((gpu.array((3, 1001, 264), dtype).transpose(0, 2, 1), True), (gpu.array((3, 264, 1001), dtype), False)):
+        v, plain = choose(w, (x, w, out)), choose(w, None)
+        if col:
+            placement = Placement(*(geometry(y[0]) for y in (x, w, out)))
+            assert v.family.batched and not placement.for_variant(v, align=1).copy_b, (key, v.name)
+            assert v == plain or placement.for_variant(plain, align=1).copy_b, (key, plain.name)  # (tf32's reads it)
+        else:
+            assert v == plain, (key, v.name)
 
 
 @pytest.mark.parametrize("m,swapped", [(64, True), (512, True), (4096, False)])

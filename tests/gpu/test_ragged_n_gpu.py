@@ -9,7 +9,7 @@ import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import launch, operands, prepared, registry, verify
+from cupy_gemm import batched, launch, operands, prepared, registry, verify
 
 try:
     import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
@@ -71,6 +71,14 @@ def test_a_weight_of_ragged_rows_is_read_in_place(name, monkeypatch):
         ref, scale = verify.reference(x, w.T)
         _check(v, out, ref, scale, k, f"{m}x{n}x{k}")
         assert bool((base[:, n:] == 7.0).all()), f"{name} {m}x{n}x{k}: wrote past the output view"
+        # again with new data: the prepared launch, C through a new buffer of its own where it took one
+        x = _normal((m, k), v.dtype, m + n + 7)
+        out[...] = cupy.nan
+        cupy_gemm.matmul(x, w.T, variant=name, out=out)
+        assert len(seen) == 1, f"{name} {m}x{n}x{k}: a repeated call resolved its operands again"
+        ref, scale = verify.reference(x, w.T)
+        _check(v, out, ref, scale, k, f"repeated, {m}x{n}x{k}")
+        assert bool((base[:, n:] == 7.0).all()), f"{name} {m}x{n}x{k}: a repeat wrote past the output view"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -78,9 +86,11 @@ def test_beta_and_the_epilogue_at_a_ragged_n(name):
     v = _variant(name)
     m, n, k = _shapes(v)[1]
     x, w, c = _normal((m, k), v.dtype, 1), _normal((n, k), v.dtype, 2), _normal((m, n), v.dtype, 3)
-    out = cupy_gemm.gemm(x, w.T, c, alpha=0.5, beta=-1.5, variant=name)
-    ref, scale = verify.reference(x, w.T, c, 0.5, -1.5)
-    _check(v, out, ref, scale, k, f"beta, {m}x{n}x{k}")
+    for seed in (6, 7):  # the second call takes the prepared launch, C's buffer filled from c again
+        c = _normal((m, n), v.dtype, seed)
+        out = cupy_gemm.gemm(x, w.T, c, alpha=0.5, beta=-1.5, variant=name)
+        ref, scale = verify.reference(x, w.T, c, 0.5, -1.5)
+        _check(v, out, ref, scale, k, f"beta, {m}x{n}x{k}, seed {seed}")
     # x contiguous but one element off its alignment: copied into a new array, not taken as it is
     off = _normal((m * k + 1,), v.dtype, 5)[1:].reshape(m, k)
     out = cupy_gemm.matmul(off, w.T, variant=name)
@@ -119,3 +129,33 @@ def test_the_default_reads_a_vocabulary_of_odd_size_in_place(key, monkeypatch):
             assert plan.variant.family.ragged_n and ops.arrangement.padded is None, (key, m, n, k, plan.variant.name)
         ref, scale = verify.reference(a, b)
         _check(plan.variant, out, ref, scale, k, f"default {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("key", ["float16", "bfloat16", "tf32", "float32"])
+@pytest.mark.parametrize("n", [136, 1001])
+def test_a_batch_of_weights_stored_n_by_k_is_read_in_place(key, n, monkeypatch):
+    """x @ W.T per member (each expert's or head's own weight, stored N×K): the default batch runs a family
+    that reads B K-major, on the members where they lie, an odd N included, beta != 0 too."""
+    if key == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    monkeypatch.setenv("CUPY_TF32", "1" if key == "tf32" else "0")
+    dtype = "float32" if key == "tf32" else key
+    seen = []
+    prepare = launch.prepare
+    monkeypatch.setattr(launch, "prepare", lambda v, device, A, B, *args, **kw:
+                        seen.append((v, B)) or prepare(v, device, A, B, *args, **kw))
+    batched._entries.clear()
+    x, w, c = _normal((3, 70, 264), dtype, n), _normal((3, n, 264), dtype, n + 1), _normal((3, 70, n), dtype, n + 2)
+    out = cupy_gemm.gemm(x, w.transpose(0, 2, 1), c, alpha=1.5, beta=-0.5)
+    ((v, B),) = seen
+    assert v.family.b_layout == "col" and B.data.ptr == w.data.ptr, (key, n, v.name)
+    for i in range(3):
+        ref, scale = verify.reference(x[i], w[i].T, c[i], 1.5, -0.5)
+        _check(v, out[i], ref, scale, 264, f"batch member {i}, N={n}")
+    # again with new x and c: the remembered launch (C through a new buffer of its own at an odd N)
+    x, c = _normal((3, 70, 264), dtype, n + 3), _normal((3, 70, n), dtype, n + 4)
+    out = cupy_gemm.gemm(x, w.transpose(0, 2, 1), c, alpha=1.5, beta=-0.5)
+    assert len(seen) == 1, f"{key} N={n}: a repeated batch was prepared again"
+    for i in range(3):
+        ref, scale = verify.reference(x[i], w[i].T, c[i], 1.5, -0.5)
+        _check(v, out[i], ref, scale, 264, f"repeated batch member {i}, N={n}")
