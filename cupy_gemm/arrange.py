@@ -5,8 +5,8 @@ with a leading dimension) and alignment (Family.align). From the geometry of a, 
 byte strides, item size, address modulo ALIGN_MODULUS) `arrange` decides what operands.resolve then does: use
 them in place (also strided views), swap A and B where only the transposed problem is zero-copy (Cᵀ = Bᵀ·Aᵀ
 turns a column-major problem into a row-major one), copy an operand into the kernel's layout, compute into a
-temporary C and copy it back (also where N does not meet the alignment of a kernel that reads B K-major through
-TMA, Family.ragged_n), or zero-pad K (and N, or M) so that the alignment holds — and what those copies
+temporary C and copy it back (also where N does not meet the alignment of a kernel that reads B K-major and
+takes any N, Family.ragged_n), or zero-pad K (and N, or M) so that the alignment holds — and what those copies
 cost: the bytes they read and write, and how many kernels they launch. No CuPy and no device: dispatch prices
 the copies with it before it chooses a variant.
 """

@@ -43,6 +43,22 @@ def _normal(shape, dtype, seed):
     return cupy.random.default_rng(seed).standard_normal(shape, dtype=cupy.float32).astype(dtype)
 
 
+def _dtype_of(key, monkeypatch):
+    """The dtype of a precision key (tf32: float32 under CUPY_TF32=1); bfloat16 needs ml_dtypes."""
+    if key == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    monkeypatch.setenv("CUPY_TF32", "1" if key == "tf32" else "0")
+    return "float32" if key == "tf32" else key
+
+
+def _resolutions(monkeypatch) -> list:
+    """The Operands of every operands.resolve from now on (a prepared repeat resolves nothing)."""
+    seen = []
+    resolve = operands.resolve
+    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    return seen
+
+
 def _check(v, out, ref, scale, k, what):
     verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
     assert verdict.ok, f"{v.name} {what}: {verdict}"
@@ -51,9 +67,7 @@ def _check(v, out, ref, scale, k, what):
 @pytest.mark.parametrize("name", NAMES)
 def test_a_weight_of_ragged_rows_is_read_in_place(name, monkeypatch):
     v = _variant(name)
-    seen = []
-    resolve = operands.resolve
-    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    seen = _resolutions(monkeypatch)
     for m, n, k in _shapes(v):
         x, w = _normal((m, k), v.dtype, m + n), _normal((n, k), v.dtype, k + 1)
         # the output a view of a wider buffer whose leading dimension meets the alignment: the kernel still
@@ -111,13 +125,8 @@ def test_the_default_reads_a_vocabulary_of_odd_size_in_place(key, monkeypatch):
     """x @ W.T with W of 32001 rows (decode and prefill), and A @ x with A of 50257 rows (the product
     swapped, A read as a K-major B): the 16-bit and tf32 products run on a family that takes any N and pad
     nothing (exact fp32 takes CUDA-core kernels, which align N by padding)."""
-    if key == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    monkeypatch.setenv("CUPY_TF32", "1" if key == "tf32" else "0")
-    dtype = "float32" if key == "tf32" else key
-    seen = []
-    resolve = operands.resolve
-    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    dtype = _dtype_of(key, monkeypatch)
+    seen = _resolutions(monkeypatch)
     for m, n, k, col in ((16, 32001, 1024, True), (300, 32001, 512, True), (50257, 8, 768, False)):
         a = _normal((m, k), dtype, m)
         b = _normal((n, k), dtype, n).T if col else _normal((k, n), dtype, n)
@@ -136,10 +145,7 @@ def test_the_default_reads_a_vocabulary_of_odd_size_in_place(key, monkeypatch):
 def test_a_batch_of_weights_stored_n_by_k_is_read_in_place(key, n, monkeypatch):
     """x @ W.T per member (each expert's or head's own weight, stored N×K): the default batch runs a family
     that reads B K-major, on the members where they lie, an odd N included, beta != 0 too."""
-    if key == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    monkeypatch.setenv("CUPY_TF32", "1" if key == "tf32" else "0")
-    dtype = "float32" if key == "tf32" else key
+    dtype = _dtype_of(key, monkeypatch)
     seen = []
     prepare = launch.prepare
     monkeypatch.setattr(launch, "prepare", lambda v, device, A, B, *args, **kw:
