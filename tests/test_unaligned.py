@@ -160,8 +160,8 @@ def test_the_price_of_padding():
 
 
 def test_a_ragged_n_is_not_padded_for_a_family_that_reads_b_k_major():
-    """x @ W.T with W of 32001 rows: a family reading B K-major through TMA (Family.ragged_n) takes W as it
-    lies and writes C into a buffer of its own (its leading dimension aligned), copied back; others pad W."""
+    """x @ W.T with W of 32001 rows: a family reading B K-major that takes any N (Family.ragged_n) takes W as
+    it lies and writes C into a buffer of its own (its leading dimension aligned), copied back; others pad W."""
     fp16 = lambda *shape: fresh(shape, 2)
     x, w, c = fp16(16, 4096), fp16(32001, 4096), fp16(16, 32001)
     arr = arrange.arrange(x, w.T, c, "row", 8, "col", 16, beta_read=False, ragged_n=True)
