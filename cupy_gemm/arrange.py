@@ -167,7 +167,7 @@ def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, bet
     reads B row-major: copying x and C beats copying W). A C of another dtype than A and B (a family that
     converts) is aligned to as many bytes in its own elements."""
     other = "col" if layout == "row" else "row"
-    out_align = 1 if scalar_c else c_align(align, a.itemsize, c.itemsize)
+    out_align = c_align(align, a.itemsize, c.itemsize)
     m, k = a.shape
     n = b.shape[1]
     ragged = lambda cols: ragged_n and cols % align != 0
@@ -176,7 +176,9 @@ def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, bet
         return k % align == 0 and (ragged(cols) or (cols if layout == "row" else rows) % align == 0)
 
     def c_fits(order, cols):  # C written in place; a ragged N's vector stores would reach past the caller's C
-        return (scalar_c or not ragged(cols)) and fits(c, order, out_align) is not None
+        if scalar_c:  # stored at its own strides, whatever they are
+            return all(s % c.itemsize == 0 for s in c.strides)
+        return not ragged(cols) and fits(c, order, out_align) is not None
 
     if aligned(m, n) and c_fits(layout, n):
         given = _in_place(a, b, orders, align, swapped)
@@ -196,7 +198,7 @@ def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, bet
     mp, kp, np_ = (up(m) if layout == "col" else m), up(k), (up(n) if layout == "row" else n)
     arr = _plus(Arrangement(swapped, (mp, kp, np_), True, True), *_padding(a, (mp, kp)))
     arr = _plus(arr, *_padding(b, (kp, np_)))
-    if (mp, np_) == (m, n) and fits(c, layout, out_align) is not None:
+    if (mp, np_) == (m, n) and c_fits(layout, n):
         return arr  # only K is padded: C is written in place (three launches fewer)
     arr = replace(arr, temp_c=True)  # the kernel writes all of the padded C; reads it only when beta != 0
     if beta_read:

@@ -216,8 +216,9 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
                 C[:out.shape[0], :out.shape[1]] = out
             copy_back = (out, C[:out.shape[0], :out.shape[1]])
     ld = lambda x, order: leading_dim(x.shape, x.strides, x.itemsize, order)
-    # a C of our own keeps its padded stride even with one row (TMA wants 16-byte strides)
-    ldc = ld(C, layout) if C is out else C.strides[0 if layout == "row" else 1] // C.itemsize
+    # a C of our own keeps its padded stride even with one row (TMA wants 16-byte strides); a scalar_c kernel
+    # takes C's own strides, and C may have no leading dimension in its layout (0 then)
+    ldc = (ld(C, layout) or 0) if C is out else C.strides[0 if layout == "row" else 1] // C.itemsize
     return Operands(A, B, C, C.shape[0], C.shape[1], A.shape[1], ld(A, orders[0]), ld(B, orders[1]), ldc,
                     copy_back, copied=A is not a or B is not b, swapped=arr.swapped, arrangement=arr)
 

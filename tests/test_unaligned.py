@@ -177,6 +177,12 @@ def test_a_ragged_n_is_not_padded_for_a_family_that_reads_b_k_major():
     # a kernel storing C element by element (Family.scalar_c) writes it where it lies, whatever its stride
     arr = arrange.arrange(x, w.T, c, "row", 8, "col", 16, ragged_n=True, scalar_c=True)
     assert not arr.copies
+    # and whatever its layout: W @ x with x of 8 columns, swapped, writes Cᵀ (column-major) in place
+    arr = arrange.arrange(fp16(32001, 4096), fp16(8, 4096).T, fp16(32001, 8), "row", 8, "col", 16,
+                          ragged_n=True, scalar_c=True)
+    assert arr.swapped and not arr.copies
+    assert arrange.arrange(fp16(32001, 4096), fp16(8, 4096).T, fp16(32001, 8), "row", 8, "col", 16,
+                           ragged_n=True).temp_c
     # a row-major B is copied into the family's layout, not padded; an odd K still pads
     arr = arrange.arrange(x, fp16(4096, 32001), c, "row", 8, "col", 16, ragged_n=True)
     assert arr.padded is None and arr.copy_b
@@ -196,8 +202,8 @@ def test_an_odd_vocabulary_is_read_in_place_by_the_default(key):
         v = registry.lookup(decision.variant)
         arr = placement.for_variant(v)
         assert not arr.padded and not arr.copy_b and arr.swapped == (not col), (key, m, n, k, decision)
-        # C is the caller's where the kernel stores it element by element and it lies row-major
-        assert v.family.ragged_n and arr.temp_c == (arr.swapped or not v.family.scalar_c), (key, m, n, k, decision)
+        # C is the caller's where the kernel stores it element by element, also the swapped product's Cᵀ
+        assert v.family.ragged_n and arr.temp_c == (not v.family.scalar_c), (key, m, n, k, decision)
 
 
 @pytest.mark.parametrize("key", KEYS)

@@ -147,8 +147,9 @@ class Family:
                 start inside N. N then need not meet `align` (K and the leading dimensions still do): the
                 API writes C into a buffer of its own, whose aligned leading dimension holds such a group's
                 columns past N, and copies it back, rather than pad B.
-    scalar_c    C is stored element by element with guards (common/epilogue.cuh's store_c): its leading
-                dimension, base address and N need not meet `align`, so C is written where it lies.
+    scalar_c    C is stored element by element with guards, at its own row and column strides (make_args
+                passes both): its layout, leading dimension, base address and N need not meet anything, so
+                C is written where it lies (a swapped product's column-major Cᵀ too).
     pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
                 memory, so the launcher may start it while the previous kernel on the stream still runs
                 (programmatic dependent launch, sm_90 and later: cupy_gemm/driver.py).

@@ -18,7 +18,10 @@ the launcher's grid CS blocks per BN columns (launch.launch_config rounds a clus
 clusters). The "tma" ABI, without C's map (the store goes from registers or the summed tile):
 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                T* C, int M, int N, int K, long long ldc, float alpha, float beta)
+                T* C, int M, int N, int K, long long c_rs, long long c_cs, float alpha, float beta)
+
+C is stored element by element at its own row and column strides (Family.scalar_c): in place whatever its
+layout, alignment or N, the column-major Cᵀ of a swapped product (`A @ x` with few columns) included.
 
 TMA needs 16-byte aligned bases and leading dimensions: `align` is 16 bytes of elements (the API pads
 otherwise).
@@ -100,8 +103,9 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     map_a = tma.tensor_map_2d(A.data.ptr, dtype, rows=m, cols=k, ld=lda, box_rows=p["ROWS"], box_cols=box(dtype))
     rows, cols, box_rows = tma.b_extent(variant.family.b_layout, k, n, p["BK"], p["BN"])
     map_b = tma.tensor_map_2d(B.data.ptr, dtype, rows=rows, cols=cols, ld=ldb, box_rows=box_rows, box_cols=box(dtype))
-    return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc), np.float32(alpha),
-            np.float32(beta))
+    c_rs, c_cs = (stride // C.itemsize for stride in C.strides)  # C's own strides, whatever its layout
+    return (map_a, map_b, C, np.int32(m), np.int32(n), np.int32(k), np.int64(c_rs), np.int64(c_cs),
+            np.float32(alpha), np.float32(beta))
 
 
 DECODE = Family(

@@ -1,0 +1,73 @@
+"""Kernels that store C element by element at its own strides (Family.scalar_c: the decode families) on a GPU.
+`A @ x` with x of a few columns runs swapped (Cᵀ = xᵀ·Aᵀ, the kernel's rows the caller's columns), so the
+kernel's C is the column-major transpose of a row-major output: it is written where it lies, as are a
+Fortran-order output and views with neighbour columns that must stay as they were, or a stride of two
+columns. Every catalogue entry of those families, beta != 0, and a repeat through the prepared launch.
+Against float64 references on random normal inputs, outputs poisoned with NaN (bounds: cupy_gemm.verify)."""
+import cupy
+import pytest
+
+import cupy_gemm
+from cupy_gemm import launch, operands, prepared, registry, verify
+
+try:
+    import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
+except ImportError:
+    ml_dtypes = None
+
+NAMES = sorted(n for n, v in registry.catalogue().items() if v.family.scalar_c)
+K = 136  # whole 16-byte vectors
+
+
+def _normal(shape, dtype, seed, order="C"):
+    x = cupy.random.default_rng(seed).standard_normal(shape, dtype=cupy.float32).astype(dtype)
+    return cupy.asfortranarray(x) if order == "F" else x
+
+
+def _outputs(M, cols, dtype):
+    """(name, out, the view beside it that must stay unchanged, or None) for C of M×cols."""
+    wide = cupy.full((M, 2 * cols + 3), 7.0, dtype=dtype)
+    fortran = cupy.full((M + 5, cols), 7.0, dtype=dtype, order="F")
+    yield "row-major", cupy.empty((M, cols), dtype=dtype), None
+    yield "view of wider rows", wide[:, 1:cols + 1], wide[:, cols + 1:]
+    yield "every other column", wide[:, 0:2 * cols:2], wide[:, 1:2 * cols:2]
+    yield "Fortran view", fortran[2:M + 2], fortran[M + 2:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_swapped_product_writes_c_where_it_lies(name, monkeypatch):
+    v = registry.lookup(name)
+    if v.dtype == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
+        pytest.skip(f"{name} needs a newer GPU")
+    seen = []
+    resolve = operands.resolve
+    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    # A read in place as the kernel's B: row-major (M, the kernel's N, odd) for a family reading B K-major,
+    # else column-major (M aligned, as that family's N must be)
+    kmajor = v.family.b_layout == "col"
+    M = 1001 if kmajor else 1000
+    a = _normal((M, K), v.dtype, 1, "C" if kmajor else "F")
+    for cols in sorted({min(3, v.max_rows()), v.max_rows()}):
+        for what, out, rest in _outputs(M, cols, v.dtype):
+            kept = None if rest is None else rest.copy()
+            prepared.clear()
+            for beta in (0.0, -1.5):  # beta = 0: C poisoned with NaN, every element must be written
+                c = _normal((M, cols), v.dtype, cols + 2) if beta else cupy.full((M, cols), cupy.nan, v.dtype)
+                for call in (1, 2):  # the second call takes the prepared launch
+                    x = _normal((cols, K), v.dtype, cols + call).T  # xᵀ row-major: the kernel's A in place too
+                    out[...] = c
+                    seen.clear()
+                    cupy_gemm.gemm(a, x, out, alpha=0.5, beta=beta, out=out, variant=name)
+                    if call == 1:
+                        (ops,) = seen
+                        arr = ops.arrangement
+                        assert arr.swapped and not arr.copies and ops.C.data.ptr == out.data.ptr, (name, what, arr)
+                    else:
+                        assert not seen, f"{name} {what}: a repeated call resolved its operands again"
+                    ref, scale = verify.reference(a, x, c, 0.5, beta)
+                    verdict = verify.check(out, ref, scale, v.dtype, v.acc, K)
+                    assert verdict.ok, f"{name} {M}x{cols}x{K} {what}, beta {beta}, call {call}: {verdict}"
+                    if rest is not None:
+                        assert bool((rest == kept).all()), f"{name} {what}: wrote outside the output view"
