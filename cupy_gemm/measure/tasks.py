@@ -59,11 +59,12 @@ class Measurer:
         import cupy
         try:
             variant = registry.from_spec(spec)
-            key = (tuple(shape), variant.dtype, variant.family.layout)
+            fam = variant.family
+            key = (tuple(shape), variant.dtype, fam.layout, fam.b_layout)
             if key != self.bench_key:
                 self.bench = self.bench_key = None
                 cupy.get_default_memory_pool().free_all_blocks()
-                self.bench = Workbench(shape, variant.dtype, variant.family.layout, self.settings)
+                self.bench = Workbench(shape, variant.dtype, fam.layout, self.settings, fam.b_layout)
                 self.bench_key = key
             fields = self.bench.measure(variant)
             fields["baseline"] = self.bench.baseline(variant.acc)

@@ -59,24 +59,26 @@ class Workbench:
 
     Inputs are uniform in [-1, 1) from a fixed seed, so every device of a multi-GPU sweep and every run
     sees the same numbers. Column-major families get Fortran-ordered operands: they are timed on the
-    problem as stated, not on its transpose."""
+    problem as stated, not on its transpose. B lies as the family reads it (`b_layout`, Family.b_layout):
+    a family reading B K-major gets a column-major B, not a copy of a row-major one on every call."""
 
-    def __init__(self, shape, dtype: str, layout: str, settings: Settings):
+    def __init__(self, shape, dtype: str, layout: str, settings: Settings, b_layout: str | None = None):
         import cupy
         self.shape, self.dtype, self.layout, self.settings = tuple(shape), dtype, layout, settings
         self.np_dtype = numpy_dtype(dtype)
         self.device_id = cupy.cuda.Device().id
         self.order = "F" if layout == "col" else "C"
+        self.b_order = "F" if (b_layout or layout) == "col" else "C"
         m, n, k = self.shape
         seed = settings.seed
         self.a = verify.random_operand((m, k), self.np_dtype, seed, self.order)
-        self.b = verify.random_operand((k, n), self.np_dtype, seed + 1, self.order)
+        self.b = verify.random_operand((k, n), self.np_dtype, seed + 1, self.b_order)
         self.c = cupy.empty((m, n), dtype=self.np_dtype, order=self.order)
         self.copies = [(self.a, self.b)]
         if settings.flush == "rotate":
             l2 = int(cupy.cuda.Device().attributes.get("L2CacheSize", 0)) or 64 << 20
             count = min(16, 1 + -(-2 * l2 // (self.a.nbytes + self.b.nbytes)))
-            self.copies += [(self.a.copy(order=self.order), self.b.copy(order=self.order))
+            self.copies += [(self.a.copy(order=self.order), self.b.copy(order=self.b_order))
                             for _ in range(count - 1)]
         self.flush = L2Flush(self.device_id) if settings.flush == "l2" else None
         self._reference = None
@@ -97,7 +99,7 @@ class Workbench:
         if (m, n, k) not in self._ragged:
             import cupy
             a = verify.random_operand((m, k), self.np_dtype, self.settings.seed + 2, self.order)
-            b = verify.random_operand((k, n), self.np_dtype, self.settings.seed + 3, self.order)
+            b = verify.random_operand((k, n), self.np_dtype, self.settings.seed + 3, self.b_order)
             c = cupy.empty((m, n), dtype=self.np_dtype, order=self.order)
             self._ragged[m, n, k] = ((m, n, k), a, b, c, verify.reference(a, b))
         return self._ragged[m, n, k]

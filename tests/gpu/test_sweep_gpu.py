@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import cupy_gemm
-from cupy_gemm import tuning, verify
-from cupy_gemm.measure import baselines, results, sweep, timing, workbench
+from cupy_gemm import operands, registry, tuning, verify
+from cupy_gemm.measure import baselines, results, sweep, tasks, timing, workbench
 from cupy_gemm.measure.tune import tune
 
 SHAPE = (256, 192, 160)
@@ -64,6 +64,20 @@ def test_small_sweep_records_ok_and_invalid_points():
     ranked = [r.time_ms for r, _ in result.ranked()]
     assert ranked == sorted(ranked)
     assert events[0] == "start" and events.count("record") == 12 and events.count("baseline") == 1
+
+
+def test_a_family_reading_b_k_major_is_timed_on_b_as_it_reads_it(monkeypatch):
+    """A sweep point of a K-major family gets B column-major (the W of x @ W.T), so it times no copy of B."""
+    seen = []
+    resolve = operands.resolve
+    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    v = registry.lookup("sgemm_t_kmajor_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk")
+    measurer = tasks.Measurer(workbench.Settings(repeats=5, warmup_ms=2.0, flush="rotate"))
+    fields = measurer.measure(v.to_spec(), SHAPE)
+    assert fields["status"] == "ok" and fields["error"] <= 1, fields
+    assert all(b.flags.f_contiguous and not b.flags.c_contiguous for _, b in measurer.bench.copies)
+    timed = [ops for ops in seen if (ops.m, ops.n, ops.k) == SHAPE]  # the ragged neighbour's odd K pads B
+    assert timed and not any(ops.arrangement.copy_b for ops in timed), [ops.arrangement for ops in timed]
 
 
 def test_fp16_sweep_with_rotation_and_files(tmp_path):
