@@ -106,6 +106,7 @@ class Arrangement:
     temp_c: bool = False  # the kernel writes a temporary C that is copied back into the output
     copy_bytes: int = 0  # bytes the copies read and write
     copy_launches: int = 0  # kernels they launch
+    unaligned_c: bool = False  # C in place at a leading dimension, address or N only Family.unaligned_c stores
 
     @property
     def copies(self) -> bool:
@@ -140,28 +141,29 @@ class Placement:
         fam = variant.family
         align = fam.align(variant.params, variant.dtype) if align is None else align
         return arrange(self.a, self.b, self.c, fam.layout, align, fam.b_layout, variant.max_rows(), self.beta_read,
-                       fam.ragged_n, fam.scalar_c)
+                       fam.ragged_n, fam.scalar_c, fam.unaligned_c)
 
 
 def arrange(a: Geometry, b: Geometry, c: Geometry, layout: str, align: int, b_layout: str | None = None,
             max_rows: int | None = None, beta_read: bool = True, ragged_n: bool = False,
-            scalar_c: bool = False) -> Arrangement:
+            scalar_c: bool = False, unaligned_c: bool = False) -> Arrangement:
     """How a kernel of `layout` needing `align` gets a, b and c (`b_layout`: B's own layout where it differs;
     `max_rows`: a kernel serving few rows of C, oriented by swap_for_rows). beta_read=False: the kernel will
     not read C (beta = 0), so a temporary C need not start as the output's copy. ragged_n: a row kernel that
     takes any N (Family.ragged_n), whose C is then its own buffer where N does not meet `align`; scalar_c: a
-    kernel that writes any C in place (Family.scalar_c)."""
+    kernel that writes any C in place (Family.scalar_c); unaligned_c: one that writes C in its layout at any
+    leading dimension, address and N when rendered for it (Family.unaligned_c)."""
     orders = (layout, b_layout or layout)
     if max_rows is not None:
         swapped = swap_for_rows(a.shape[0], b.shape[1], max_rows)
         if swapped:
             a, b, c = b.T, a.T, c.T
-        return _oriented(a, b, c, layout, align, orders, swapped, False, beta_read, ragged_n, scalar_c)
-    return _oriented(a, b, c, layout, align, orders, False, True, beta_read, ragged_n, scalar_c)
+        return _oriented(a, b, c, layout, align, orders, swapped, False, beta_read, ragged_n, scalar_c, unaligned_c)
+    return _oriented(a, b, c, layout, align, orders, False, True, beta_read, ragged_n, scalar_c, unaligned_c)
 
 
 def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, beta_read: bool,
-              ragged_n: bool, scalar_c: bool) -> Arrangement:
+              ragged_n: bool, scalar_c: bool, unaligned_c: bool) -> Arrangement:
     """The product as given, or (may_swap) its transpose where only that one is zero-copy, or where both
     copy an operand and the transpose's copies move fewer bytes (x @ W.T with a small x and a kernel that
     reads B row-major: copying x and C beats copying W). A C of another dtype than A and B (a family that
@@ -175,21 +177,30 @@ def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, bet
     def aligned(rows, cols):  # row kernels read K and N contiguously, column kernels M and K
         return k % align == 0 and (ragged(cols) or (cols if layout == "row" else rows) % align == 0)
 
-    def c_fits(order, cols):  # C written in place; a ragged N's vector stores would reach past the caller's C
+    def aligned_c(order, cols):  # C as every kernel stores it; a ragged N's vector stores would pass its end
+        return scalar_c or (not ragged(cols) and fits(c, order, out_align) is not None)
+
+    def c_fits(order, cols):  # C written in place
         if scalar_c:  # stored at its own strides, whatever they are
             return all(s % c.itemsize == 0 for s in c.strides)
-        return not ragged(cols) and fits(c, order, out_align) is not None
+        any_ld = unaligned_c and leading_dim(c.shape, c.strides, c.itemsize, order) is not None
+        return aligned_c(order, cols) or any_ld
+
+    def in_place(arr, order, cols):  # arr, with C in place: rendered for an unaligned C where it needs that
+        return replace(arr, unaligned_c=not aligned_c(order, cols))
 
     if aligned(m, n) and c_fits(layout, n):
-        given = _in_place(a, b, orders, align, swapped)
+        given = in_place(_in_place(a, b, orders, align, swapped), layout, n)
         if not (may_swap and given.copies and aligned(n, m)):
             return given
         turned = _in_place(b.T, a.T, orders, align, True)
-        if not c_fits(other, m):  # Cᵀ through a fresh array, copied back
+        if c_fits(other, m):
+            turned = in_place(turned, other, m)
+        else:  # Cᵀ through a fresh array, copied back
             turned = _plus(replace(turned, temp_c=True), (2 + 2 * beta_read) * c.nbytes, 1 + beta_read)
         return turned if turned.traffic < given.traffic else given
     if may_swap and aligned(n, m) and c_fits(other, m):  # same kernel, transposes
-        return _in_place(b.T, a.T, orders, align, True)
+        return in_place(_in_place(b.T, a.T, orders, align, True), other, m)
     if aligned(m, n):  # c is a view no kernel can write: compute into a fresh array, copy back
         moved, launches = (2 + 2 * beta_read) * c.nbytes, 1 + beta_read
         return _plus(replace(_in_place(a, b, orders, align, swapped), temp_c=True), moved, launches)
@@ -199,7 +210,7 @@ def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, bet
     arr = _plus(Arrangement(swapped, (mp, kp, np_), True, True), *_padding(a, (mp, kp)))
     arr = _plus(arr, *_padding(b, (kp, np_)))
     if (mp, np_) == (m, n) and c_fits(layout, n):
-        return arr  # only K is padded: C is written in place (three launches fewer)
+        return in_place(arr, layout, n)  # only K is padded: C is written in place (three launches fewer)
     arr = replace(arr, temp_c=True)  # the kernel writes all of the padded C; reads it only when beta != 0
     if beta_read:
         arr = _plus(arr, *_padding(c, (mp, np_)))

@@ -237,7 +237,7 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     out_align = operands.c_align(align, a.itemsize, out.itemsize)  # the same bytes in C's elements
     up = lambda x: -(-x // align) * align
     # a family that takes any N (Family.ragged_n) reads B as it is; its C, whose vector stores may pass a
-    # ragged N, is then a buffer of aligned stride
+    # ragged N, is then a buffer of aligned stride, unless the family stores any C (Family.unaligned_c)
     ragged = fam.ragged_n and plan.n % align != 0
     k_pad, n_pad = up(plan.k), up(plan.n) if fam.layout == "row" and not ragged else plan.n
     if fam.layout != "row":
@@ -245,7 +245,9 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     A = _member_layout(cupy, a, "row", align, cols=k_pad)
     B = _member_layout(cupy, b, fam.b_layout or "row", align, rows=k_pad, cols=n_pad)
     C, copy_back = out, None
-    if n_pad != plan.n or ragged or not _fits(out, "row", out_align):
+    aligned_c = not ragged and n_pad == plan.n and _fits(out, "row", out_align)
+    any_c = fam.unaligned_c and n_pad == plan.n and _fits(out, "row", 1)
+    if not (aligned_c or any_c):
         C = _members_buffer(cupy, out, n_pad, out_align)  # the kernel writes all of it
         if beta != 0:
             C[..., :plan.n] = out
@@ -261,11 +263,12 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
             copy_back = C[..., :plan.n]
         final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize,
                               out_itemsize=C.itemsize)
+    unaligned_c = C is out and not aligned_c  # rendered to store C at any leading dimension and address
     if epilogue is not None:
-        variant = variant.with_extras(batched=True, epilogue=epilogue, out_dtype=converts)
+        variant = variant.with_extras(batched=True, epilogue=epilogue, out_dtype=converts, unaligned_c=unaligned_c)
         params = epilogue.pack(values, plan.m, plan.n)
     else:
-        variant, params = variant.with_extras(batched=True, out_dtype=converts), None
+        variant, params = variant.with_extras(batched=True, out_dtype=converts, unaligned_c=unaligned_c), None
     member = lambda x: x[(0,) * (x.ndim - 2)]
     A0, B0, C0 = member(A), member(B), member(C)
     ld = lambda x, order: operands.leading_dim(x.shape, x.strides, x.itemsize, order)

@@ -93,7 +93,7 @@ _loaded: dict[tuple, tuple[object, Compiled]] = {}
 
 def _identity(variant: Variant, device) -> tuple:
     return (variant.family.name, variant.name, variant.dtype, variant.acc, tuple(variant.params.items()),
-            variant.batched, variant.epilogue, variant.out_dtype, variant.split_atomic, device.id)
+            variant.batched, variant.epilogue, variant.out_dtype, variant.split_atomic, variant.unaligned_c, device.id)
 
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
@@ -317,7 +317,7 @@ def configure(variant: Variant, device, m: int, n: int, k: int, count: int = 1,
         if variant.split_atomic or not atomic_sum(variant, cfg, compute_capability(device), deterministic):
             break
         variant = variant.with_extras(batched=variant.batched, epilogue=variant.epilogue, out_dtype=variant.out_dtype,
-                                      split_atomic=True)
+                                      split_atomic=True, unaligned_c=variant.unaligned_c)
     return variant, kernel, cfg
 
 

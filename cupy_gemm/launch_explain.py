@@ -84,7 +84,9 @@ def describe(variant, placement, m: int, n: int, k: int, gpu, device=None) -> li
     bm, bn = variant.family.tile(variant.params)
     cluster = f", clusters of {cfg.cluster}" if cfg.cluster > 1 else ""
     changed = [w for w, done in (("A and B swapped", arrangement.swapped), ("zero-padded", arrangement.padded),
-                                 ("C into a buffer of its own, copied back", arrangement.temp_c)) if done]
+                                 ("C into a buffer of its own, copied back", arrangement.temp_c),
+                                 ("C stored in place from registers, at its unaligned stride", arrangement.unaligned_c))
+               if done]
     kernel = f"the kernel's {m}×{n}×{k} ({', '.join(changed)}), " if changed else ""
     lines = [f"launch: {kernel}grid {'×'.join(map(str, cfg.grid))} of {cfg.block[0] * cfg.block[1] * cfg.block[2]} "
              f"threads{cluster}, {cfg.smem / 1024:.0f} KB shared memory a block, {cfg.tiles} tiles of {bm}×{bn}",

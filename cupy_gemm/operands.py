@@ -181,19 +181,20 @@ class Operands:
 
 def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
             max_rows: int | None = None, beta_read: bool = True, ragged_n: bool = False,
-            scalar_c: bool = False) -> Operands:
+            scalar_c: bool = False, unaligned_c: bool = False) -> Operands:
     """Arrange a, b and out (all checked, out allocated) for a kernel of `layout` needing `align`;
     `b_layout` is B's own layout where it differs (a "row" kernel reading B K-major takes "col");
     `max_rows` fixes the orientation for a kernel serving few rows of C (see swap_for_rows). An out of
     another dtype than a and b (a converting family) is aligned to as many bytes in its own elements.
 
     out must already hold beta·C's input (the caller copies c into it when beta != 0); beta_read=False
-    says the kernel will not read it (beta = 0), so a temporary C need not start as out's copy; ragged_n and
-    scalar_c: the kernel takes any N, or writes any C (Family.ragged_n, Family.scalar_c)."""
+    says the kernel will not read it (beta = 0), so a temporary C need not start as out's copy; ragged_n,
+    scalar_c and unaligned_c: the kernel takes any N, writes any C, or any C in its layout when rendered for it
+    (Family.ragged_n, Family.scalar_c, Family.unaligned_c: the arrangement's unaligned_c says when)."""
     import cupy
 
     arr = arrange(geometry(a), geometry(b), geometry(out), layout, align, b_layout, max_rows, beta_read, ragged_n,
-                  scalar_c)
+                  scalar_c, unaligned_c)
     orders = (layout, b_layout or layout)
     out_align = 1 if scalar_c else c_align(align, a.itemsize, out.itemsize)
     if arr.swapped:

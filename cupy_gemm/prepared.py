@@ -121,13 +121,14 @@ class Prepared:
         v = self.variant
         fam = v.family
         ops = operands.resolve(a, b, out, fam.layout, fam.align(v.params, v.dtype), fam.b_layout, v.max_rows(),
-                               self.beta != 0, fam.ragged_n, fam.scalar_c)
-        params = None
+                               self.beta != 0, fam.ragged_n, fam.scalar_c, fam.unaligned_c)
+        params, unaligned_c = None, ops.arrangement.unaligned_c
         if self.epilogue is not None:  # in the kernel's orientation; the operands as the caller gave them
-            v = v.with_extras(epilogue=self.epilogue.transposed(ops.swapped), out_dtype=self.out_dtype)
+            v = v.with_extras(epilogue=self.epilogue.transposed(ops.swapped), out_dtype=self.out_dtype,
+                              unaligned_c=unaligned_c)
             params = self.epilogue.pack(values, self.m, self.n)
         else:
-            v = v.with_extras(out_dtype=self.out_dtype)
+            v = v.with_extras(out_dtype=self.out_dtype, unaligned_c=unaligned_c)
         run = launch.prepare(v, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.ldc,
                              self.alpha, self.beta, epilogue_params=params, deterministic=self.deterministic)
         run()

@@ -59,6 +59,7 @@ class Variant:
     epilogue: object = None  # an epilogue.Epilogue, or None
     out_dtype: str | None = None  # C's dtype name when the call converts (Family.convert); None: dtype
     split_atomic: bool = False  # split-K partials added by fp32 atomics: not bitwise repeatable
+    unaligned_c: bool = False  # C at any leading dimension and address, N any (Family.unaligned_c)
 
     @property
     def sums_atomically(self) -> bool:
@@ -67,11 +68,14 @@ class Variant:
         return self.family.atomic_sum and self.params.get("SPLIT_K", 1) != 1
 
     def with_extras(self, *, batched: bool = False, epilogue=None, out_dtype: str | None = None,
-                    split_atomic: bool = False) -> "Variant":
-        """This variant rendered for a batch, with a fused epilogue, storing C as `out_dtype` and/or summing
-        its split-K partials by atomics, where its family has them. out_dtype equal to the input dtype is
-        no extra: the source stays the entry's."""
+                    split_atomic: bool = False, unaligned_c: bool = False) -> "Variant":
+        """This variant rendered for a batch, with a fused epilogue, storing C as `out_dtype`, summing its
+        split-K partials by atomics and/or storing a C at any leading dimension and address, where its family
+        has them. out_dtype equal to the input dtype is no extra: the source stays the entry's."""
         fam = self.family
+        if unaligned_c and not fam.unaligned_c:
+            raise ConfigError("unaligned_c", True, f"a family that stores C at any leading dimension "
+                              f"({', '.join(_with('unaligned_c'))}); family {fam.name!r} does not", where=self.name)
         if split_atomic and not self.sums_atomically:
             raise ConfigError("split_atomic", True, "a variant that splits K through the workspace (SPLIT_K other "
                               f"than 1, in {', '.join(_with('atomic_sum'))})", where=self.name)
@@ -90,10 +94,11 @@ class Variant:
                 raise ConfigError("out_dtype", out_dtype, f"{self.dtype} (C in the inputs' dtype): only families "
                                   f"that convert in their store ({', '.join(_with('convert'))}) write another; "
                                   f"family {fam.name!r} does not", where=self.name)
-        extras = (batched, epilogue, out_dtype, split_atomic)
-        if extras == (self.batched, self.epilogue, self.out_dtype, self.split_atomic):
+        extras = (batched, epilogue, out_dtype, split_atomic, unaligned_c)
+        if extras == (self.batched, self.epilogue, self.out_dtype, self.split_atomic, self.unaligned_c):
             return self
-        return replace(self, batched=batched, epilogue=epilogue, out_dtype=out_dtype, split_atomic=split_atomic)
+        return replace(self, batched=batched, epilogue=epilogue, out_dtype=out_dtype, split_atomic=split_atomic,
+                       unaligned_c=unaligned_c)
 
     def runs_on(self, cc: int) -> bool:
         """Whether a GPU of compute capability `cc` (e.g. 90) can run this variant: new enough for the

@@ -44,6 +44,7 @@ def context(variant: Variant) -> dict:
         "B_LAYOUT": fam.b_layout or fam.layout,
         "BATCHED": int(variant.batched),  # templates/common/batch.cuh
         "SPLIT_ATOMIC": int(variant.split_atomic),  # templates/common/split_k.cuh
+        "UNALIGNED_C": int(variant.unaligned_c),  # C at any leading dimension and address (Family.unaligned_c)
         "EPILOGUE": variant.epilogue.render() if variant.epilogue is not None else "",  # struct + apply_epilogue
     }
 

@@ -56,6 +56,11 @@ def _empty_map() -> np.ndarray:
     return raw[skip: skip + TENSOR_MAP_BYTES].view(MAP_DTYPE)
 
 
+def unused_map() -> np.ndarray:
+    """A map argument the kernel never reads (all zero bytes): where its operand lies as no map can describe."""
+    return _empty_map()
+
+
 def check_2d(ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
              swizzle: int = 128) -> None:
     """The copy engine's rules for a row-major matrix, as InputError (or ValueError for a bad box)."""

@@ -183,6 +183,13 @@ def test_a_ragged_n_is_not_padded_for_a_family_that_reads_b_k_major():
     assert arr.swapped and not arr.copies
     assert arrange.arrange(fp16(32001, 4096), fp16(8, 4096).T, fp16(32001, 8), "row", 8, "col", 16,
                            ragged_n=True).temp_c
+    # a family that stores C at any stride when rendered for it (Family.unaligned_c) writes it in place, also
+    # an output view at a ragged N; an aligned C needs no such rendering
+    for given in (c, arrange.Geometry((16, 32001), (2 * 32008, 2), 2, 6)):
+        arr = arrange.arrange(x, w.T, given, "row", 8, "col", 16, ragged_n=True, unaligned_c=True)
+        assert not arr.copies and arr.unaligned_c, given
+    arr = arrange.arrange(x, fp16(32000, 4096).T, view, "row", 8, "col", 16, ragged_n=True, unaligned_c=True)
+    assert not arr.copies and not arr.unaligned_c
     # a row-major B is copied into the family's layout, not padded; an odd K still pads
     arr = arrange.arrange(x, fp16(4096, 32001), c, "row", 8, "col", 16, ragged_n=True)
     assert arr.padded is None and arr.copy_b
@@ -202,8 +209,10 @@ def test_an_odd_vocabulary_is_read_in_place_by_the_default(key):
         v = registry.lookup(decision.variant)
         arr = placement.for_variant(v)
         assert not arr.padded and not arr.copy_b and arr.swapped == (not col), (key, m, n, k, decision)
-        # C is the caller's where the kernel stores it element by element, also the swapped product's Cᵀ
-        assert v.family.ragged_n and arr.temp_c == (not v.family.scalar_c), (key, m, n, k, decision)
+        # C is the caller's: stored element by element (also the swapped product's Cᵀ), or at its odd stride
+        # by a rendering for it (Family.unaligned_c)
+        assert v.family.ragged_n and not arr.temp_c, (key, m, n, k, decision)
+        assert arr.unaligned_c == (not v.family.scalar_c and n % 2 == 1), (key, m, n, k, decision)
 
 
 @pytest.mark.parametrize("key", KEYS)

@@ -8,7 +8,7 @@ import pytest
 
 from cupy_gemm import batching, epilogue, tma
 from cupy_gemm.compile import compile_variant
-from cupy_gemm.errors import InputError
+from cupy_gemm.errors import ConfigError, InputError
 from cupy_gemm.families import wgmma
 from cupy_gemm.registry import catalogue, family
 from cupy_gemm.render import render
@@ -86,6 +86,41 @@ def test_builtin_epilogues_compile(builtin):
 def test_batched_alone_and_epilogue_alone_compile(name):
     _compiles(catalogue()[name].with_extras(batched=True))
     _compiles(catalogue()[name].with_extras(epilogue=epilogue.build("gelu").transposed()))
+
+
+# ---- a C at any leading dimension and address (Family.unaligned_c) ----------------------------------
+
+# the families that write an odd N in place this way (wgmma's entries are wgmma_kmajor's, B read otherwise)
+ANY_C = [n for n, v in catalogue().items() if v.family.unaligned_c and v.family.ragged_n]
+
+
+def test_the_unaligned_c_rendering_stores_from_registers():
+    """No TMA store (no map describes such a C); the pairs of columns check their alignment and N."""
+    v = catalogue()[FLAGSHIP]
+    plain, any_c = render(v), render(v.with_extras(unaligned_c=True))
+    assert "store_pair_any" not in plain and "constexpr bool C_BY_TMA = TMA_STORE" in plain
+    assert "constexpr bool C_BY_TMA = false;" in any_c
+    assert any_c.count("store_pair_any(C + offset(r, col, ldc), col, N, acc[mi]") == 1
+    with pytest.raises(ConfigError, match="unaligned_c"):
+        catalogue()["sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk"].with_extras(unaligned_c=True)
+
+
+@pytest.mark.parametrize("name", ANY_C)
+def test_every_entry_compiles_for_an_unaligned_c(name):
+    _compiles(catalogue()[name].with_extras(batched=True, epilogue=CUSTOM, unaligned_c=True))
+
+
+def test_make_args_makes_no_map_of_an_unaligned_c(monkeypatch):
+    """x @ W.T with W of 7 rows: C's members 7·100 elements apart, a stride TMA refuses, and no map of C."""
+    v = catalogue()["hgemm_wgmma_kmajor_m64n256k16_stages4_ws2"].with_extras(batched=True, unaligned_c=True)
+    plan = batching.plan((3, 100, 72), (100 * 72 * 2, 72 * 2, 2), (72, 7), (2, 72 * 2), (7 * 100 * 2, 7 * 2, 2),
+                         itemsize=2)
+    calls = []
+    monkeypatch.setattr(tma, "tensor_map", lambda ptr, dtype, **kw: calls.append(ptr) or ptr)
+    arr = lambda ptr: SimpleNamespace(data=SimpleNamespace(ptr=ptr))
+    args = wgmma.make_args(v, arr(1 << 20), arr(2 << 20), arr(3 << 20), plan.m, plan.n, plan.k, 72, 72, 7, 1.0, 0.0,
+                           batch=plan)
+    assert calls == [1 << 20, 2 << 20] and not bytes(args[2]).strip(b"\0") and args[3].data.ptr == 3 << 20
 
 
 # ---- tensor maps over a batch ----------------------------------------------------------------------

@@ -150,6 +150,10 @@ class Family:
     scalar_c    C is stored element by element with guards, at its own row and column strides (make_args
                 passes both): its layout, leading dimension, base address and N need not meet anything, so
                 C is written where it lies (a swapped product's column-major Cᵀ too).
+    unaligned_c the template stores C at any leading dimension and base address, N any, when rendered with
+                with_extras(unaligned_c=True) (UNALIGNED_C: no TMA store; pairs of columns where aligned and
+                inside N, else single elements): the API then writes such a C in place, not through a buffer
+                of its own copied back (arrange's Arrangement.unaligned_c says when).
     pdl         the template calls pdl_wait() (templates/common/prelude.cuh) before its first access to global
                 memory, so the launcher may start it while the previous kernel on the stream still runs
                 (programmatic dependent launch, sm_90 and later: cupy_gemm/driver.py).
@@ -186,6 +190,7 @@ class Family:
     convert: bool = False
     ragged_n: bool = False
     scalar_c: bool = False
+    unaligned_c: bool = False
     pdl: bool = False
     cluster: Callable[[Mapping[str, int]], int] = lambda p: 1
     cluster_splits_k: Callable[[Mapping[str, int]], bool] = lambda p: False

@@ -6,20 +6,18 @@ Four families share templates/wgmma.cu.j2:
 - `wgmma_kmajor`: `wgmma` reading a column-major B (x @ W.T with W stored N×K, as linear layers keep it)
   in place, K-major like A; its entries are `wgmma`'s, and the dispatch's B-layout rule hands such a B to
   the twin of the entry it chose. In clusters each block multicasts half the rows of n of every B box.
-- `wgmma_tf32`: fp32 inputs multiplied as tf32. The tensor maps of A and B have the copy engine's tf32
-  data type, so TMA rounds each element to tf32 (to nearest, ties to even, as cuBLAS's TF32 mode does)
-  on its way to shared memory, at no cost; with plain fp32 maps the tensor cores would truncate instead
-  (drop the 13 low mantissa bits), which biases every product toward zero. wgmma has no transpose bit
-  for 32-bit types, so both operands must be K-major: the family reads B column-major (`b_layout =
-  "col"`, ldb = column stride). The API passes a column-major B in place and copies a row-major one
-  (cupy.asfortranarray).
+- `wgmma_tf32`: fp32 inputs multiplied as tf32. A's and B's maps have the copy engine's tf32 type, so TMA
+  rounds each element to tf32 (nearest, ties to even, as cuBLAS's TF32 mode) on its way to shared memory,
+  at no cost (with fp32 maps the tensor cores would truncate: a bias toward zero). wgmma has no transpose
+  bit for 32-bit types, so both operands are K-major: the family reads B column-major (`b_layout = "col"`,
+  ldb = column stride); the API copies a row-major one.
 - `wgmma_tf32_rowb`: `wgmma_tf32` reading a row-major B in place. TMA lands B's N-major boxes in a
   landing buffer per stage, and the producer warpgroup's three idle warps transpose each stage into the
   K-major layout in shared memory (templates/common/tf32_transpose.cuh) before the consumers read it:
   no copy of B in global memory, which costs as much as the product when M is small and K deep.
 
 The "tma" ABI: the kernel takes tensor maps (encoded on the host, cupy_gemm/tma.py) for A and B, and for
-C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves the beta != 0 path):
+C, which the epilogue writes with TMA stores when beta = 0 (C's pointer serves beta != 0):
 
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_c, T* C, int M, int N, int K, long long ldc,
@@ -29,8 +27,9 @@ with A (M×K) and C (M×N) row-major and B (K×N) row-major or, for tf32 and wgm
 Tiles move in boxes of one 128-byte swizzle row; a 16-bit tile of 32·odd columns (64×96, 128×224) lands an
 N-major B in boxes of 64-byte rows (`b_swizzle`) and stages C in such boxes (`c_swizzle`).
 The copy engine zero-fills loads and clips stores at the matrix edge, so any M, N, K is right; it needs
-16-byte aligned base addresses and leading dimensions, which `align` (16 bytes of elements) makes the API
-guarantee (padding when a problem does not meet it).
+16-byte aligned bases and leading dimensions, which `align` makes the API guarantee for A and B (padding
+where they miss it). A C that misses it (an odd N's rows, a view) is written where it lies by the rendering
+with_extras(unaligned_c=True): no map of C, pairs of columns from registers where aligned, else elements.
 
 Batches (`batched`): a BatchArgs follows beta. The persistent blocks walk every member's tiles (numbered
 member-major); A, B and C's maps have rank 5, the matrix's two dimensions and then the three batch
@@ -91,8 +90,7 @@ def smem_bytes(p, dtype: str, acc: str) -> int:
     # + 16 with split-K: the flag of templates/common/split_k.cuh's arrival; with KCLUSTER, the fp32
     # partial tile and the two barriers of common/cluster_split_k.cuh's exchange
     exchange = p["BM"] * p["BN"] * 4 + 16 if p.get("KCLUSTER", 1) > 1 else 0
-    return (p["STAGES"] * stage + staging + exchange + 1024 + 16 * p["STAGES"] +
-            (16 if p["SPLIT_K"] != 1 else 0))
+    return p["STAGES"] * stage + staging + exchange + 1024 + 16 * p["STAGES"] + (16 if p["SPLIT_K"] != 1 else 0)
 
 
 def smem_bytes_rowb(p, dtype: str, acc: str) -> int:
@@ -210,17 +208,18 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
     b_sw = b_swizzle(p, dtype, b_layout)
     c_sw = c_swizzle(p, dtype)
     a_box = A_COPY_ROWS if variant.family.template == _COMMON["template"] else p["BM"]
+    # a C rendered for any stride (unaligned_c) has no map: the kernel stores it from registers
     maps = ((A, operand, m, k, lda, a_box, row, size, SWIZZLE_BYTES),
             (B, operand, b_rows, b_cols, ldb, b_box, b_sw // size, size, b_sw),
-            (C, out, m, n, ldc, C_BOX_ROWS, c_sw // c_size, c_size, c_sw))
+            (C, out, m, n, ldc, C_BOX_ROWS, c_sw // c_size, c_size, c_sw))[:2 if variant.unaligned_c else 3]
     if batch is None:
-        map_a, map_b, map_c = (tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=cols,
-                                                 swizzle=sw)
-                               for x, t, r, c, ld, box, cols, _, sw in maps)
+        made = [tma.tensor_map_2d(x.data.ptr, t, rows=r, cols=c, ld=ld, box_rows=box, box_cols=cols, swizzle=sw)
+                for x, t, r, c, ld, box, cols, _, sw in maps]
     else:
         strides = (batch.a_strides, batch.b_strides, batch.c_strides)
-        map_a, map_b, map_c = (_batched_map(x.data.ptr, t, r, c, ld, box, cols, batch.shape, st, bytes_, sw)
-                               for (x, t, r, c, ld, box, cols, bytes_, sw), st in zip(maps, strides))
+        made = [_batched_map(x.data.ptr, t, r, c, ld, box, cols, batch.shape, st, bytes_, sw)
+                for (x, t, r, c, ld, box, cols, bytes_, sw), st in zip(maps, strides)]
+    map_a, map_b, map_c = (*made, tma.unused_map())[:3]
     return (map_a, map_b, map_c, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
             np.float32(alpha), np.float32(beta))
 
@@ -306,6 +305,7 @@ _COMMON = dict(
     batched=True,
     epilogue=True,
     convert=True,
+    unaligned_c=True,
 )
 
 WGMMA = Family(

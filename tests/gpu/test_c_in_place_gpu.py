@@ -71,3 +71,41 @@ def test_a_swapped_product_writes_c_where_it_lies(name, monkeypatch):
                     assert verdict.ok, f"{name} {M}x{cols}x{K} {what}, beta {beta}, call {call}: {verdict}"
                     if rest is not None:
                         assert bool((rest == kept).all()), f"{name} {what}: wrote outside the output view"
+
+
+ANY_C = sorted(n for n, v in registry.catalogue().items() if v.family.unaligned_c)
+
+
+@pytest.mark.parametrize("name", ANY_C)
+def test_an_output_view_off_its_alignment_is_written_where_it_lies(name, monkeypatch):
+    """A family rendered for any C (Family.unaligned_c) writes a view of a wider buffer whose rows start off
+    16 bytes (an odd leading dimension, a base one element in) where it lies: pairs of columns where aligned,
+    else elements, and nothing beside it. Every entry, a ragged M, beta = 0 into NaN and beta != 0, repeated."""
+    v = registry.lookup(name)
+    if v.dtype == "bfloat16" and ml_dtypes is None:
+        pytest.skip("bfloat16 arrays need ml_dtypes")
+    if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
+        pytest.skip(f"{name} needs a newer GPU")
+    seen = []
+    resolve = operands.resolve
+    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    m, n, k = 129, 136, 72
+    a = _normal((m, k), v.dtype, 1)
+    b = _normal((n, k), v.dtype, 2).T if v.family.b_layout == "col" else _normal((k, n), v.dtype, 2)
+    wide = cupy.full((m, n + 5), 7.0, dtype=v.dtype)
+    out, beside = wide[:, 1:n + 1], (wide[:, :1], wide[:, n + 1:])
+    prepared.clear()
+    for beta in (0.0, -1.5):
+        c = _normal((m, n), v.dtype, 3) if beta else cupy.full((m, n), cupy.nan, v.dtype)
+        for call in (1, 2):  # the second call takes the prepared launch
+            a = _normal((m, k), v.dtype, call)
+            out[...] = c
+            seen.clear()
+            cupy_gemm.gemm(a, b, out, alpha=0.5, beta=beta, out=out, variant=name)
+            if call == 1:
+                (ops,) = seen
+                assert ops.arrangement.unaligned_c and ops.C.data.ptr == out.data.ptr, (name, ops.arrangement)
+            ref, scale = verify.reference(a, b, c, 0.5, beta)
+            verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
+            assert verdict.ok, f"{name} beta {beta}, call {call}: {verdict}"
+            assert all(bool((x == 7.0).all()) for x in beside), f"{name}: wrote outside the output view"

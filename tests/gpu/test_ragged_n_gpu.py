@@ -1,7 +1,8 @@
 """Families that take any N (Family.ragged_n: B read K-major through TMA) on a GPU: x @ W.T with W of an odd
 number of rows (a vocabulary of 32001 or 50257) reads W where it lies, and C goes through a buffer of its
 own, copied back, whose padding takes the columns past an odd N that vector stores write (or, for a family
-storing C element by element, Family.scalar_c, into the caller's C wherever it lies). Every
+storing C element by element or rendered for any C, Family.scalar_c and unaligned_c, into the caller's C
+wherever it lies). Every
 catalogue entry of those families at ragged N, beta != 0, a fused epilogue, an output view whose neighbour
 columns must stay as they were, and the default path for x @ W.T and A @ x (the latter swapped). Against
 float64 references on random normal inputs, outputs poisoned with NaN (bounds: cupy_gemm.verify)."""
@@ -70,8 +71,9 @@ def test_a_weight_of_ragged_rows_is_read_in_place(name, monkeypatch):
     seen = _resolutions(monkeypatch)
     for m, n, k in _shapes(v):
         x, w = _normal((m, k), v.dtype, m + n), _normal((n, k), v.dtype, k + 1)
-        # the output a view of a wider buffer whose leading dimension meets the alignment: the kernel still
-        # writes a buffer of its own, since column pairs past an odd N would land in the neighbour columns
+        # the output a view of a wider buffer whose leading dimension meets the alignment: column pairs past an
+        # odd N would land in the neighbour columns, so the kernel writes a buffer of its own, or the view
+        # itself element by element (Family.scalar_c) or rendered to check each pair (Family.unaligned_c)
         base = cupy.full((m, n + 7 + (-(n + 7) % 8)), 7.0, dtype=x.dtype)
         out = base[:, :n]
         out[...] = cupy.nan
@@ -80,8 +82,10 @@ def test_a_weight_of_ragged_rows_is_read_in_place(name, monkeypatch):
         cupy_gemm.matmul(x, w.T, variant=name, out=out)
         (ops,) = seen
         assert ops.arrangement.padded is None and not ops.arrangement.copy_b, (name, m, n, k, ops.arrangement)
-        ragged = n % v.family.align(v.params, v.dtype) != 0 and not v.family.scalar_c
-        assert ops.B.data.ptr == w.data.ptr and ops.arrangement.temp_c == ragged, (name, m, n, k)
+        ragged = n % v.family.align(v.params, v.dtype) != 0
+        buffered = ragged and not (v.family.scalar_c or v.family.unaligned_c)
+        assert ops.B.data.ptr == w.data.ptr and ops.arrangement.temp_c == buffered, (name, m, n, k)
+        assert ops.arrangement.unaligned_c == (ragged and v.family.unaligned_c), (name, m, n, k)
         ref, scale = verify.reference(x, w.T)
         _check(v, out, ref, scale, k, f"{m}x{n}x{k}")
         assert bool((base[:, n:] == 7.0).all()), f"{name} {m}x{n}x{k}: wrote past the output view"
@@ -144,24 +148,30 @@ def test_the_default_reads_a_vocabulary_of_odd_size_in_place(key, monkeypatch):
 @pytest.mark.parametrize("n", [136, 1001])
 def test_a_batch_of_weights_stored_n_by_k_is_read_in_place(key, n, monkeypatch):
     """x @ W.T per member (each expert's or head's own weight, stored N×K): the default batch runs a family
-    that reads B K-major, on the members where they lie, an odd N included, beta != 0 too."""
+    that reads B K-major, on the members where they lie, an odd N included, beta != 0 too; a family rendered
+    for any C (Family.unaligned_c) writes the members of an odd N where they lie."""
     dtype = _dtype_of(key, monkeypatch)
     seen = []
     prepare = launch.prepare
-    monkeypatch.setattr(launch, "prepare", lambda v, device, A, B, *args, **kw:
-                        seen.append((v, B)) or prepare(v, device, A, B, *args, **kw))
+    monkeypatch.setattr(launch, "prepare", lambda v, device, A, B, C, *args, **kw:
+                        seen.append((v, B, C)) or prepare(v, device, A, B, C, *args, **kw))
     batched._entries.clear()
     x, w, c = _normal((3, 70, 264), dtype, n), _normal((3, n, 264), dtype, n + 1), _normal((3, 70, n), dtype, n + 2)
-    out = cupy_gemm.gemm(x, w.transpose(0, 2, 1), c, alpha=1.5, beta=-0.5)
-    ((v, B),) = seen
+    out = cupy.full((3, 70, n), cupy.nan, dtype=dtype)
+    cupy_gemm.gemm(x, w.transpose(0, 2, 1), c, alpha=1.5, beta=-0.5, out=out)
+    ((v, B, C),) = seen
     assert v.family.b_layout == "col" and B.data.ptr == w.data.ptr, (key, n, v.name)
+    in_place = v.family.unaligned_c or n % v.family.align(v.params, v.dtype) == 0
+    assert (C.data.ptr == out.data.ptr) == in_place, (key, n, v.name)
     for i in range(3):
         ref, scale = verify.reference(x[i], w[i].T, c[i], 1.5, -0.5)
         _check(v, out[i], ref, scale, 264, f"batch member {i}, N={n}")
-    # again with new x and c: the remembered launch (C through a new buffer of its own at an odd N)
-    x, c = _normal((3, 70, 264), dtype, n + 3), _normal((3, 70, n), dtype, n + 4)
-    out = cupy_gemm.gemm(x, w.transpose(0, 2, 1), c, alpha=1.5, beta=-0.5)
-    assert len(seen) == 1, f"{key} N={n}: a repeated batch was prepared again"
-    for i in range(3):
-        ref, scale = verify.reference(x[i], w[i].T, c[i], 1.5, -0.5)
-        _check(v, out[i], ref, scale, 264, f"repeated batch member {i}, N={n}")
+    # again with new x and c: the remembered launch; then beta = 0 into a C poisoned with NaN
+    for beta in (-0.5, 0.0):
+        x, c = _normal((3, 70, 264), dtype, n + 3), _normal((3, 70, n), dtype, n + 4)
+        out.fill(cupy.nan)
+        cupy_gemm.gemm(x, w.transpose(0, 2, 1), c, alpha=1.5, beta=beta, out=out)
+        assert len(seen) == (1 if beta else 2), f"{key} N={n}: a repeated batch was prepared again"
+        for i in range(3):
+            ref, scale = verify.reference(x[i], w[i].T, c[i], 1.5, beta)
+            _check(v, out[i], ref, scale, 264, f"batch member {i}, beta {beta}, N={n}")
