@@ -101,13 +101,19 @@ def test_the_unaligned_c_rendering_stores_from_registers():
     assert "store_pair_any" not in plain and "constexpr bool C_BY_TMA = TMA_STORE" in plain
     assert "constexpr bool C_BY_TMA = false;" in any_c
     assert any_c.count("store_pair_any(C + offset(r, col, ldc), col, N, acc[mi]") == 1
+    three = catalogue()[[n for n in ANY_C if catalogue()[n].family.name == "wgmma_3xtf32"][0]]
+    assert "store_pair_any(" not in render(three)
+    assert "constexpr bool C_BY_TMA = false;" in render(three.with_extras(unaligned_c=True))
     with pytest.raises(ConfigError, match="unaligned_c"):
         catalogue()["sgemm_t_8x4_sliced_k16_f32x4_bcf_dbuf_offset_splitk"].with_extras(unaligned_c=True)
 
 
 @pytest.mark.parametrize("name", ANY_C)
 def test_every_entry_compiles_for_an_unaligned_c(name):
-    _compiles(catalogue()[name].with_extras(batched=True, epilogue=CUSTOM, unaligned_c=True))
+    """With a batch and an epilogue where the family has them (wgmma_3xtf32 has neither)."""
+    fam = catalogue()[name].family
+    _compiles(catalogue()[name].with_extras(batched=fam.batched, epilogue=CUSTOM if fam.epilogue else None,
+                                            unaligned_c=True))
 
 
 def test_make_args_makes_no_map_of_an_unaligned_c(monkeypatch):

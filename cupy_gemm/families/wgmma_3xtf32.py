@@ -64,6 +64,7 @@ WGMMA_3XTF32 = Family(
     **WARP_SPECIALISED,
     b_layout="col",
     ragged_n=True,
+    unaligned_c=True,
     smem_bytes=smem_bytes,
     align=lambda p, dtype: 16 // FP32_BYTES,
     rules=(rule_tiles, _rule_registers),

@@ -40,7 +40,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&acc)[NACC], const Ten
 }
 
 // Any beta: guarded stores of adjacent column pairs straight from the accumulators, C read only when
-// beta != 0.
+// beta != 0 (with UNALIGNED_C each pair checks its alignment and N: store_pair_any).
 template <int NACC>
 __device__ __forceinline__ void epilogue_direct(const float (&acc)[NACC], T_OUT* C, int M, int N, long long ldc,
                                                 int row0, int col0, float alpha, float beta) {
@@ -53,7 +53,12 @@ __device__ __forceinline__ void epilogue_direct(const float (&acc)[NACC], T_OUT*
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = row + 8 * h;
+{% if UNALIGNED_C %}
+            if (r < M) store_pair_any(C + offset(r, col, ldc), col, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha,
+                                      beta);
+{% else %}
             if (r < M) store_pair(C + offset(r, col, ldc), acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], alpha, beta);
+{% endif %}
         }
     }
 }
