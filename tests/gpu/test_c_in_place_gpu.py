@@ -8,12 +8,8 @@ import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import launch, operands, prepared, registry, verify
-
-try:
-    import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
-except ImportError:
-    ml_dtypes = None
+from cupy_gemm import prepared, registry, verify
+from gpu_variants import resolutions, runnable
 
 NAMES = sorted(n for n, v in registry.catalogue().items() if v.family.scalar_c)
 K = 136  # whole 16-byte vectors
@@ -36,14 +32,7 @@ def _outputs(M, cols, dtype):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_swapped_product_writes_c_where_it_lies(name, monkeypatch):
-    v = registry.lookup(name)
-    if v.dtype == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
-        pytest.skip(f"{name} needs a newer GPU")
-    seen = []
-    resolve = operands.resolve
-    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    v, seen = runnable(name), resolutions(monkeypatch)
     # A read in place as the kernel's B: row-major (M, the kernel's N, odd) for a family reading B K-major,
     # else column-major (M aligned, as that family's N must be)
     kmajor = v.family.b_layout == "col"
@@ -81,14 +70,7 @@ def test_an_output_view_off_its_alignment_is_written_where_it_lies(name, monkeyp
     """A family rendered for any C (Family.unaligned_c) writes a view of a wider buffer whose rows start off
     16 bytes (an odd leading dimension, a base one element in) where it lies: pairs of columns where aligned,
     else elements, and nothing beside it. Every entry, a ragged M, beta = 0 into NaN and beta != 0, repeated."""
-    v = registry.lookup(name)
-    if v.dtype == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
-        pytest.skip(f"{name} needs a newer GPU")
-    seen = []
-    resolve = operands.resolve
-    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
+    v, seen = runnable(name), resolutions(monkeypatch)
     m, n, k = 129, 136, 72
     a = _normal((m, k), v.dtype, 1)
     b = _normal((n, k), v.dtype, 2).T if v.family.b_layout == "col" else _normal((k, n), v.dtype, 2)

@@ -2,34 +2,21 @@
 number of rows (a vocabulary of 32001 or 50257) reads W where it lies, and C goes through a buffer of its
 own, copied back, whose padding takes the columns past an odd N that vector stores write (or, for a family
 storing C element by element or rendered for any C, Family.scalar_c and unaligned_c, into the caller's C
-wherever it lies). Every
-catalogue entry of those families at ragged N, beta != 0, a fused epilogue, an output view whose neighbour
-columns must stay as they were, and the default path for x @ W.T and A @ x (the latter swapped). Against
-float64 references on random normal inputs, outputs poisoned with NaN (bounds: cupy_gemm.verify)."""
+wherever it lies). Every catalogue entry of those families at ragged N, beta != 0, a fused epilogue, an
+output view whose neighbour columns must stay as they were, and the default path for x @ W.T and A @ x
+(the latter swapped). Against float64 references on random normal inputs, outputs poisoned with NaN
+(bounds: cupy_gemm.verify)."""
 import cupy
 import pytest
 
 import cupy_gemm
-from cupy_gemm import batched, launch, operands, prepared, registry, verify
-
-try:
-    import ml_dtypes  # noqa: F401  (NumPy's bfloat16 dtype, which CuPy uses)
-except ImportError:
-    ml_dtypes = None
+from cupy_gemm import batched, launch, prepared, registry, verify
+from gpu_variants import ml_dtypes, resolutions, runnable
 
 NAMES = sorted(n for n, v in registry.catalogue().items() if v.family.ragged_n)
 # K a multiple of 8 (16 bytes of 16-bit elements), N odd or not a multiple of 8
 GENERAL_SHAPES = ((129, 1001, 136), (64, 1, 64), (17, 33, 8), (300, 4095, 1000), (1000, 12, 520))
 FEW_ROWS_SHAPES = ((1, 17, 64), (-1, 1001, 1000), (-5, 4095, 136), (-1, 3, 8))
-
-
-def _variant(name):
-    v = registry.lookup(name)
-    if v.dtype == "bfloat16" and ml_dtypes is None:
-        pytest.skip("bfloat16 arrays need ml_dtypes")
-    if not v.runs_on(launch.compute_capability(cupy.cuda.Device())):
-        pytest.skip(f"{name} needs a newer GPU")
-    return v
 
 
 def _shapes(v):
@@ -52,14 +39,6 @@ def _dtype_of(key, monkeypatch):
     return "float32" if key == "tf32" else key
 
 
-def _resolutions(monkeypatch) -> list:
-    """The Operands of every operands.resolve from now on (a prepared repeat resolves nothing)."""
-    seen = []
-    resolve = operands.resolve
-    monkeypatch.setattr(operands, "resolve", lambda *args, **kw: seen.append(resolve(*args, **kw)) or seen[-1])
-    return seen
-
-
 def _check(v, out, ref, scale, k, what):
     verdict = verify.check(out, ref, scale, v.dtype, v.acc, k)
     assert verdict.ok, f"{v.name} {what}: {verdict}"
@@ -67,8 +46,8 @@ def _check(v, out, ref, scale, k, what):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_weight_of_ragged_rows_is_read_in_place(name, monkeypatch):
-    v = _variant(name)
-    seen = _resolutions(monkeypatch)
+    v = runnable(name)
+    seen = resolutions(monkeypatch)
     for m, n, k in _shapes(v):
         x, w = _normal((m, k), v.dtype, m + n), _normal((n, k), v.dtype, k + 1)
         # the output a view of a wider buffer whose leading dimension meets the alignment: column pairs past an
@@ -101,7 +80,7 @@ def test_a_weight_of_ragged_rows_is_read_in_place(name, monkeypatch):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_beta_and_the_epilogue_at_a_ragged_n(name):
-    v = _variant(name)
+    v = runnable(name)
     m, n, k = _shapes(v)[1]
     x, w, c = _normal((m, k), v.dtype, 1), _normal((n, k), v.dtype, 2), _normal((m, n), v.dtype, 3)
     for seed in (6, 7):  # the second call takes the prepared launch, C's buffer filled from c again
@@ -130,7 +109,7 @@ def test_the_default_reads_a_vocabulary_of_odd_size_in_place(key, monkeypatch):
     swapped, A read as a K-major B): the 16-bit and tf32 products run on a family that takes any N and pad
     nothing (exact fp32 takes CUDA-core kernels, which align N by padding)."""
     dtype = _dtype_of(key, monkeypatch)
-    seen = _resolutions(monkeypatch)
+    seen = resolutions(monkeypatch)
     for m, n, k, col in ((16, 32001, 1024, True), (300, 32001, 512, True), (50257, 8, 768, False)):
         a = _normal((m, k), dtype, m)
         b = _normal((n, k), dtype, n).T if col else _normal((k, n), dtype, n)
