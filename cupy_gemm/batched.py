@@ -70,7 +70,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         folded = _fold(a3, b3, full, plan, epilogue)
         if folded is not None:
             _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values, deterministic)
-            _remember(key, ("fold", plan))
+            _remember(_entries, key, ("fold", plan))
             return out
         if 0 in (plan.count, plan.m, plan.n) or plan.k == 0:
             if variant is not None:  # an unknown or unfit variant is still an error
@@ -83,12 +83,10 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         chosen = prepared.recall(_choices, key)
         if chosen is None:
             chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts, (a3, b3, full))
-            if key is not None:
-                with prepared._lock:
-                    prepared.keep(_choices, key, chosen, ENTRIES)
+            _remember(_choices, key, chosen)
         ran = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts, deterministic)
         if ran is not None:
-            _remember(key, ("launch", plan, *ran, OrderedDict()))
+            _remember(_entries, key, ("launch", plan, *ran, OrderedDict()))
     return out
 
 
@@ -97,11 +95,11 @@ _entries: OrderedDict = OrderedDict()
 _choices: OrderedDict = OrderedDict()  # the variant per call geometry, for calls that copy an operand
 
 
-def _remember(key, entry) -> None:
+def _remember(cache: OrderedDict, key, entry) -> None:
     if key is None:
         return
     with prepared._lock:
-        prepared.keep(_entries, key, entry, ENTRIES)
+        prepared.keep(cache, key, entry, ENTRIES)
 
 
 def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype, deterministic):
