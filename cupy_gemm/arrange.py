@@ -85,6 +85,21 @@ def c_align(align: int, in_itemsize: int, out_itemsize: int) -> int:
     return max(1, align * in_itemsize // out_itemsize)
 
 
+def c_placement(c: Geometry, order: str, align: int, ragged: bool = False, scalar_c: bool = False,
+                unaligned_c: bool = False) -> str | None:
+    """How a kernel of `order` writes C in place: "aligned" as every kernel of its family stores it (`align`
+    in C's elements; a ragged N's vector stores would pass its end), "unaligned" only when rendered for any
+    leading dimension, address and N (Family.unaligned_c), or None: not at all. scalar_c: a family that
+    stores C at its own strides, whatever they are (Family.scalar_c)."""
+    if scalar_c:
+        return "aligned" if all(s % c.itemsize == 0 for s in c.strides) else None
+    if not ragged and fits(c, order, align) is not None:
+        return "aligned"
+    if unaligned_c and leading_dim(c.shape, c.strides, c.itemsize, order) is not None:
+        return "unaligned"
+    return None
+
+
 def swap_for_rows(m: int, n: int, max_rows: int | None, where: str = "") -> bool:
     """For a kernel serving at most max_rows rows of C (None: any): whether A and B must swap (Cᵀ = Bᵀ·Aᵀ)
     to put the product's small side in M. Raises InputError when neither side is small enough."""
@@ -177,17 +192,12 @@ def _oriented(a, b, c, layout, align, orders, swapped: bool, may_swap: bool, bet
     def aligned(rows, cols):  # row kernels read K and N contiguously, column kernels M and K
         return k % align == 0 and (ragged(cols) or (cols if layout == "row" else rows) % align == 0)
 
-    def aligned_c(order, cols):  # C as every kernel stores it; a ragged N's vector stores would pass its end
-        return scalar_c or (not ragged(cols) and fits(c, order, out_align) is not None)
-
     def c_fits(order, cols):  # C written in place
-        if scalar_c:  # stored at its own strides, whatever they are
-            return all(s % c.itemsize == 0 for s in c.strides)
-        any_ld = unaligned_c and leading_dim(c.shape, c.strides, c.itemsize, order) is not None
-        return aligned_c(order, cols) or any_ld
+        return c_placement(c, order, out_align, ragged(cols), scalar_c, unaligned_c) is not None
 
     def in_place(arr, order, cols):  # arr, with C in place: rendered for an unaligned C where it needs that
-        return replace(arr, unaligned_c=not aligned_c(order, cols))
+        where = c_placement(c, order, out_align, ragged(cols), scalar_c, unaligned_c)
+        return replace(arr, unaligned_c=where == "unaligned")
 
     if aligned(m, n) and c_fits(layout, n):
         given = in_place(_in_place(a, b, orders, align, swapped), layout, n)

@@ -243,9 +243,8 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     A = _member_layout(cupy, a, "row", align, cols=k_pad)
     B = _member_layout(cupy, b, fam.b_layout or "row", align, rows=k_pad, cols=n_pad)
     C, copy_back = out, None
-    aligned_c = not ragged and n_pad == plan.n and _fits(out, "row", out_align)
-    any_c = fam.unaligned_c and n_pad == plan.n and _fits(out, "row", 1)
-    if not (aligned_c or any_c):
+    where = _c_placement(out, out_align, ragged, fam.unaligned_c) if n_pad == plan.n else None
+    if where is None:
         C = _members_buffer(cupy, out, n_pad, out_align)  # the kernel writes all of it
         if beta != 0:
             C[..., :plan.n] = out
@@ -261,7 +260,7 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
             copy_back = C[..., :plan.n]
         final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize,
                               out_itemsize=C.itemsize)
-    unaligned_c = C is out and not aligned_c  # rendered to store C at any leading dimension and address
+    unaligned_c = C is out and where == "unaligned"  # rendered to store C at any leading dimension and address
     if epilogue is not None:
         variant = variant.with_extras(batched=True, epilogue=epilogue, out_dtype=converts, unaligned_c=unaligned_c)
         params = epilogue.pack(values, plan.m, plan.n)
@@ -279,23 +278,36 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     if A is not a or B is not b:
         return None
     # a repeated call may reuse the launch: A and B were used in place, C is out or a buffer of the same shape
-    return run, None if copy_back is None else C.base.shape
+    return run, None if copy_back is None else _members_shape(out, n_pad, out_align)
 
 
 def _fits(x, order: str, align: int) -> bool:
     """Every member of x (..., rows, cols) usable in place by a kernel needing `align`: the member's
     layout and leading dimension, and batch strides that keep each member's start aligned."""
-    member = x[(0,) * (x.ndim - 2)]
-    ld = operands.leading_dim(member.shape, member.strides, x.itemsize, order)
-    if ld is None or ld % align or x.data.ptr % (align * x.itemsize):
-        return False
+    return arrange.fits(arrange.geometry(x[(0,) * (x.ndim - 2)]), order, align) is not None and _starts(x, align)
+
+
+def _starts(x, align: int) -> bool:
+    """Batch strides that keep every member's start as aligned as member 0's."""
     return all(s % (align * x.itemsize) == 0 for s, n in zip(x.strides[:-2], x.shape[:-2]) if n > 1)
 
 
+def _c_placement(out, align: int, ragged: bool, unaligned_c: bool) -> str | None:
+    """arrange.c_placement for every member of out: a member starting off the alignment rules out the
+    aligned stores, as a ragged N does."""
+    member = arrange.geometry(out[(0,) * (out.ndim - 2)])
+    return arrange.c_placement(member, "row", align, ragged or not _starts(out, align), unaligned_c=unaligned_c)
+
+
+def _members_shape(out, cols: int, align: int) -> tuple:
+    """The shape of a C for out's members with `cols` columns, each row starting `align`-aligned (a 16-bit C
+    of fp32 inputs needs more columns of padding than the inputs' alignment gives)."""
+    return out.shape[:-1] + (-(-cols // align) * align,)
+
+
 def _members_buffer(cupy, out, cols: int, align: int):
-    """An uninitialised C for out's members with `cols` columns, each row starting `align`-aligned (a
-    16-bit C of fp32 inputs needs more columns of padding than the inputs' alignment gives)."""
-    return cupy.empty(out.shape[:-1] + (-(-cols // align) * align,), out.dtype)[..., :cols]
+    """An uninitialised C of _members_shape, seen as its first `cols` columns."""
+    return cupy.empty(_members_shape(out, cols, align), out.dtype)[..., :cols]
 
 
 def _member_layout(cupy, x, order: str, align: int, rows: int | None = None, cols: int | None = None):

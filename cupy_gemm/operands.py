@@ -170,6 +170,7 @@ class Operands:
     ldb: int
     ldc: int
     copy_back: object = None  # (destination, source view) to copy after the kernel, or None
+    c_buffer: tuple | None = None  # (shape, order) of the buffer of resolve's own whose leading view C is
     copied: bool = False  # some operand is a copy: a repeated call must copy again
     swapped: bool = False  # the kernel computes Cᵀ = Bᵀ·Aᵀ: its rows are the caller's columns
     arrangement: object = None  # the arrange.Arrangement carried out: what was copied, at what cost
@@ -196,15 +197,16 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
     arr = arrange(geometry(a), geometry(b), geometry(out), layout, align, b_layout, max_rows, beta_read, ragged_n,
                   scalar_c, unaligned_c)
     orders = (layout, b_layout or layout)
-    out_align = 1 if scalar_c else c_align(align, a.itemsize, out.itemsize)
+    out_align = c_align(align, a.itemsize, out.itemsize)
     if arr.swapped:
         a, b, out = b.T, a.T, out.T
-    C, copy_back = out, None
+    C, copy_back, c_buffer = out, None, None
     if arr.padded is None:
         A = _copy(cupy, a, orders[0]) if arr.copy_a else a
         B = _copy(cupy, b, orders[1]) if arr.copy_b else b
         if arr.temp_c:  # out is a view no kernel can write: compute into a fresh array, copy back
-            C = _output_buffer(cupy, out.dtype, out.shape, layout, out_align)
+            c_buffer = _buffer_geometry(out.shape, layout, out_align)
+            C = output_buffer(cupy, out.dtype, out.shape, c_buffer)
             if beta_read:
                 C[...] = out
             copy_back = (out, C)
@@ -212,7 +214,8 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
         mp, kp, np_ = arr.padded
         A, B = _padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1])
         if arr.temp_c:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
-            C = _output_buffer(cupy, out.dtype, (mp, np_), layout, out_align)
+            c_buffer = _buffer_geometry((mp, np_), layout, out_align)
+            C = output_buffer(cupy, out.dtype, (mp, np_), c_buffer)
             if beta_read:
                 C[:out.shape[0], :out.shape[1]] = out
             copy_back = (out, C[:out.shape[0], :out.shape[1]])
@@ -221,16 +224,21 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
     # takes C's own strides, and C may have no leading dimension in its layout (0 then)
     ldc = (ld(C, layout) or 0) if C is out else C.strides[0 if layout == "row" else 1] // C.itemsize
     return Operands(A, B, C, C.shape[0], C.shape[1], A.shape[1], ld(A, orders[0]), ld(B, orders[1]), ldc,
-                    copy_back, copied=A is not a or B is not b, swapped=arr.swapped, arrangement=arr)
+                    copy_back, c_buffer, copied=A is not a or B is not b, swapped=arr.swapped, arrangement=arr)
 
 
-def _output_buffer(cupy, dtype, shape, layout, align):
-    """An uninitialised C of `shape` in `layout`, its leading dimension a multiple of `align` (which the
+def _buffer_geometry(shape, layout, align) -> tuple:
+    """(shape, order) of a C of `shape` in `layout` whose leading dimension is a multiple of `align` (which the
     contiguous extent alone may not be when C's elements are smaller than the inputs')."""
     rows, cols = shape
     up = -(-(cols if layout == "row" else rows) // align) * align
-    full = (rows, up) if layout == "row" else (up, cols)
-    return cupy.empty(full, dtype=dtype, order="C" if layout == "row" else "F")[:rows, :cols]
+    return ((rows, up) if layout == "row" else (up, cols)), ("C" if layout == "row" else "F")
+
+
+def output_buffer(cupy, dtype, shape, buffer):
+    """An uninitialised C of `shape`: the leading view of a new array of `buffer`'s (shape, order)."""
+    full, order = buffer
+    return cupy.empty(full, dtype=dtype, order=order)[:shape[0], :shape[1]]
 
 
 def _copy(cupy, x, layout):

@@ -97,7 +97,8 @@ class Prepared:
             return self._resolve_and_run(a, b, out, values)
         known, swapped, buffer = direct
         dest = out.T if swapped else out  # C as the kernel sees it
-        C = dest if buffer is None else _buffer(out.dtype, *buffer)
+        C = dest if buffer is None else operands.output_buffer(_cupy or _cupy_module(), out.dtype, buffer[2],
+                                                               buffer[:2])
         if C is not dest and beta != 0:
             C[...] = dest
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
@@ -136,12 +137,10 @@ class Prepared:
             dest, src = ops.copy_back
             dest[...] = src
         if not ops.copied and ops.arrangement.padded is None:  # the same key always resolves the same way
-            C = ops.C
-            buffer = None if ops.copy_back is None else (C.base.shape, "C" if C.base.flags.c_contiguous else "F",
-                                                          C.shape)
+            buffer = None if ops.c_buffer is None else (*ops.c_buffer, ops.C.shape)
             self.direct = (run, ops.swapped, buffer)
             if self.by_address:
-                self._remember((a.data.ptr, b.data.ptr, C.data.ptr), run.pack(run.args))
+                self._remember((a.data.ptr, b.data.ptr, ops.C.data.ptr), run.pack(run.args))
         return out
 
     def _remember(self, where, args):
@@ -238,11 +237,6 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
             b_data.ptr & 255, extra, device_id, launch.current_stream(), token, alpha, beta, tf32, precision, epilogue,
             out_dtype, deterministic)
-
-
-def _buffer(dtype, shape, order, view):
-    """A new buffer of `shape` in `order`, its leading `view` (a C of the kernel's own, as resolve makes it)."""
-    return (_cupy or _cupy_module()).empty(shape, dtype, order=order)[:view[0], :view[1]]
 
 
 def _copied_back(out, dest, C):

@@ -196,6 +196,23 @@ def test_a_ragged_n_is_not_padded_for_a_family_that_reads_b_k_major():
     assert arrange.arrange(fp16(16, 4095), fp16(32001, 4095).T, c, "row", 8, "col", 16, ragged_n=True).padded
 
 
+
+def test_how_c_is_written_in_place():
+    """arrange.c_placement, the one rule for C that arrange and the batched path share."""
+    place = arrange.c_placement
+    c, odd = fresh((16, 32000), 2), fresh((16, 32001), 2)
+    off = arrange.Geometry((16, 32000), (2 * 32000, 2), 2, 6)  # rows start 6 bytes off 16
+    fortran = arrange.Geometry((16, 32001), (2, 32), 2)
+    assert place(c, "row", 8) == "aligned"
+    assert place(c, "row", 8, ragged=True) is None  # vector stores would pass a ragged N's end
+    assert place(c, "row", 8, ragged=True, unaligned_c=True) == "unaligned"
+    assert place(odd, "row", 8) is None and place(odd, "row", 8, unaligned_c=True) == "unaligned"
+    assert place(off, "row", 8) is None and place(off, "row", 8, unaligned_c=True) == "unaligned"
+    # no kernel of one layout writes the other in place, unless it stores at any strides
+    assert place(fortran, "row", 8, unaligned_c=True) is None
+    assert place(fortran, "row", 8, scalar_c=True) == place(fortran, "col", 8, scalar_c=True) == "aligned"
+    assert place(arrange.Geometry((16, 8), (3, 48), 2), "row", 8, scalar_c=True) is None  # odd byte strides
+
 @pytest.mark.parametrize("key", ("float16", "bfloat16", "tf32"))
 def test_an_odd_vocabulary_is_read_in_place_by_the_default(key):
     """x @ W.T with W of 32001 rows (decode and prefill) and A @ x with A of 50257 rows (swapped, A the

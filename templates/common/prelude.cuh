@@ -25,6 +25,15 @@ template <> __device__ __forceinline__ float from_float<float>(float x) { return
 template <> __device__ __forceinline__ half from_float<half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// C = alpha * acc + beta * C at one element. C is read only when beta != 0, so a C that holds garbage (or
+// NaN) is fine for beta = 0, as BLAS says.
+template <typename T>
+__device__ __forceinline__ void store_c_at(T* __restrict__ p, float acc, float alpha, float beta) {
+    float v = alpha * acc;
+    if (beta != 0.f) v = fmaf(beta, to_float(*p), v);
+    *p = from_float<T>(v);
+}
+
 // The 32-bit .shared address of a pointer into shared memory (what cp.async, ldmatrix, mbarriers, TMA and
 // wgmma descriptors take).
 __device__ __forceinline__ unsigned smem_addr(const void* p) {

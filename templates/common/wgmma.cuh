@@ -117,21 +117,15 @@ __device__ __forceinline__ void store_pair(T_OUT* p, float v0, float v1, float a
 
 // The pair where C may lie at any leading dimension and address (a rendering with_extras(unaligned_c=True)):
 // store_pair's one access where both columns (col, col + 1) are inside N and p is aligned to the pair, else
-// each column inside N alone. C is read only when beta != 0.
+// each column inside N alone (the caller has checked col < N). C is read only when beta != 0.
 __device__ __forceinline__ void store_pair_any(T_OUT* p, int col, int N, float v0, float v1, float alpha,
                                                float beta) {
     if (col + 1 < N && reinterpret_cast<unsigned long long>(p) % (2 * sizeof(T_OUT)) == 0) {
         store_pair(p, v0, v1, alpha, beta);
         return;
     }
-    const float v[2] = {v0, v1};
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        if (col + e >= N) break;
-        float x = alpha * v[e];
-        if (beta != 0.f) x = fmaf(beta, to_float(p[e]), x);
-        p[e] = from_float<T_OUT>(x);
-    }
+    store_c_at(p, v0, alpha, beta);
+    if (col + 1 < N) store_c_at(p + 1, v1, alpha, beta);
 }
 {% endif %}
 
