@@ -16,8 +16,17 @@ from dataclasses import dataclass, replace
 
 from .errors import InputError
 
+INDEX_LIMIT = 2**31 - 1  # M, N, K and a batch's count are 32-bit in every kernel; offsets are 64-bit
 ALIGN_MODULUS = 256  # addresses are kept modulo this: no kernel needs coarser alignment (prepared.py keys on it)
 COPY_LAUNCH_BYTES = 6 << 20  # a small copy kernel's launch and tail (about 2 µs) as bytes, at about 3 TB/s
+
+
+def check_sizes(where: str = "", **sizes: int) -> None:
+    """Raise InputError for a size (M=…, N=…, K=…, batch=…) that the kernels' 32-bit indices cannot reach;
+    `where` starts the message (a group of a grouped call)."""
+    for dim, value in sizes.items():
+        if value > INDEX_LIMIT:
+            raise InputError(f"{where}{dim}={value} exceeds {INDEX_LIMIT}, the largest size the kernels index")
 
 
 def leading_dim(shape, strides, itemsize, order: str) -> int | None:

@@ -29,9 +29,7 @@ def check(a, b, c, out, beta: float, out_dtype: str | None = None) -> tuple[batc
         raise DeviceError(f"a is on GPU {a.device.id} and b on GPU {b.device.id}")
     plan = batching.plan(a.shape, a.strides, b.shape, b.strides, itemsize=a.itemsize)
     want = operands.output_dtype(a.dtype.name, c, out, out_dtype)
-    for dim, value in (("M", plan.m), ("N", plan.n), ("K", plan.k), ("batch", plan.count)):
-        if value > operands.INDEX_LIMIT:
-            raise InputError(f"{dim}={value} exceeds {operands.INDEX_LIMIT}, the largest the kernels index")
+    operands.check_sizes(M=plan.m, N=plan.n, K=plan.k, batch=plan.count)
     for name, x in (("c", c), ("out", out)):
         if x is None:
             continue

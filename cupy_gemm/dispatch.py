@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from . import big_tiles, devices, launch_explain, placement_rules, registry, selection_tables
-from .arrange import B_LAYOUTS, Placement, fresh
+from .arrange import B_LAYOUTS, Placement, check_sizes, fresh
 from .big_tiles import COST_MARGIN, WAVE_TIE  # noqa: F401  (dispatch's API)
 from .candidates import DTYPE_KEYS, ROLES, Decision, candidates, dtype_key, tile_costs, why_not  # noqa: F401
 from .errors import ConfigError, DeviceError, DTypeError
@@ -326,6 +326,7 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
     b_layout: "row" (B is K×N, C-contiguous) or "col" (B column-major, as W.T of a linear layer's N×K W)."""
     if b_layout not in B_LAYOUTS:
         raise ValueError(f"b_layout must be one of {', '.join(B_LAYOUTS)}, not {b_layout!r}")
+    check_sizes(M=m, N=n, K=k)  # matmul refuses the call before it chooses
     asked, device = device, gpu_for(device)
     key = defaults_key(dtype if isinstance(dtype, str) else getattr(dtype, "name", str(dtype)), precision)
     itemsize = 2 if key in ("float16", "bfloat16") else 4
@@ -345,6 +346,5 @@ def explain(dtype, m: int, n: int, k: int, device=None, precision: str | None = 
 
 
 __all__ = ["Gpu", "Decision", "PRECISIONS", "defaults_key", "dtype_key", "candidates", "why_not", "first_default",
-           "choose", "explain", "gpu_for",
-           "gpu_of", "describe_gpu", "rows_of", "tiles_of", "padded_area", "deep_k", "table_from_results", "format_table",
-           "kernel_cost", "SKINNY_MAX", "IN_FLIGHT_BYTES", "TABLE_REACH", "COPY_SHARE"]
+           "choose", "explain", "gpu_for", "gpu_of", "describe_gpu", "rows_of", "tiles_of", "padded_area", "deep_k",
+           "table_from_results", "format_table", "kernel_cost", "SKINNY_MAX", "IN_FLIGHT_BYTES", "TABLE_REACH", "COPY_SHARE"]

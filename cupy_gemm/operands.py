@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrange import Placement, arrange, c_align, fresh, geometry, leading_dim, swap_for_rows  # noqa: F401  (re-exported)
+from .arrange import (INDEX_LIMIT, Placement, arrange, c_align, check_sizes, fresh, geometry, leading_dim,  # noqa: F401
+                      swap_for_rows)  # (re-exported)
 from .errors import DeviceError, DTypeError, InputError
 from .families.base import OUT_DTYPES  # what a family that converts stores C as
 
-INDEX_LIMIT = 2**31 - 1  # M, N, K are 32-bit in every kernel; offsets are 64-bit
 
 
 def require_cupy(x, name: str):
@@ -104,9 +104,7 @@ def matrix_sizes(a, b) -> tuple[int, int, int]:
     (m, k), (k2, n) = a.shape, b.shape
     if k != k2:
         raise InputError(f"inner dimensions differ: a is {m}×{k}, b is {k2}×{n}")
-    for dim, value in (("M", m), ("N", n), ("K", k)):
-        if value > INDEX_LIMIT:
-            raise InputError(f"{dim}={value} exceeds {INDEX_LIMIT}, the largest dimension the kernels index")
+    check_sizes(M=m, N=n, K=k)
     return m, n, k
 
 

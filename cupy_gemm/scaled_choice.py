@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from . import fp8, registry
+from .arrange import check_sizes
 from .families.decode_fp8 import smem_bytes as decode_smem_bytes
 from .families.wgmma_fp8 import K_BLOCK
 
@@ -255,6 +256,7 @@ def explain(format_a: str, format_b: str, mode: str, out_dtype: str, m: int, n: 
     """Which variant `scaled_mm(variant=None)` runs for an m×n×k product, and why (each tile's expected time).
     device: as dispatch.explain's (None: the current GPU; a (name, cc) pair for one not present)."""
     from .dispatch import ASSUMED_SM_COUNT, gpu_for
+    check_sizes(M=m, N=n, K=k)  # scaled_mm refuses the call before it chooses
     gpu = gpu_for(device)
     sm_count = gpu.sm_count or ASSUMED_SM_COUNT
     variant = variant_for(format_a, format_b, mode, out_dtype, m, n, k, sm_count)

@@ -7,7 +7,7 @@ import pytest
 
 from cupy_gemm import api, big_tiles, candidates, cli, dispatch, launch, registry, selection_tables
 from cupy_gemm.dispatch import Gpu
-from cupy_gemm.errors import CatalogueError, DTypeError
+from cupy_gemm.errors import CatalogueError, DTypeError, InputError
 from fake_gpu import gpu  # noqa: F401  (the fixture)
 from family_rules import b_placement
 
@@ -492,6 +492,22 @@ def test_explain_command(table, capsys):
     assert "error: no kernels for dtype float64" in capsys.readouterr().err
     assert cli.main(["explain", "64", "--gpu", H100.name]) == 2
     assert "--gpu and --cc go together" in capsys.readouterr().err
+    # a size matmul refuses (32-bit indices) is refused here too, not explained
+    assert cli.main(["explain", f"{2**31}x5x5", "--gpu", H100.name, "--cc", "90"]) == 2
+    assert "error: M=2147483648 exceeds 2147483647" in capsys.readouterr().err
+    assert cli.main(["explain", f"5x5x{2**31}", "--dtype", "e4m3", "--gpu", H100.name, "--cc", "90"]) == 2
+    assert "error: K=2147483648 exceeds" in capsys.readouterr().err
+
+
+def test_sizes_past_the_kernels_indices_are_refused_before_any_launch():
+    from types import SimpleNamespace as Array  # matrix_sizes reads shapes only
+    from cupy_gemm import operands
+    assert operands.matrix_sizes(Array(shape=(2**31 - 1, 8)), Array(shape=(8, 3))) == (2**31 - 1, 3, 8)
+    for a, b, dim in (((2**31, 8), (8, 3), "M"), ((3, 2**31), (2**31, 3), "K"), ((3, 8), (8, 2**31), "N")):
+        with pytest.raises(InputError, match=f"{dim}={2**31} exceeds"):
+            operands.matrix_sizes(Array(shape=a), Array(shape=b))
+    with pytest.raises(InputError, match="batch=2147483648 exceeds"):
+        operands.check_sizes(M=1, batch=2**31)
 
 
 def test_explain_a_column_major_b():

@@ -91,6 +91,9 @@ def test_list_checks():
         grouped.check_list([arr((3, 64))], [arr((64, 16))], "kn", [arr((3, 8))])
     with pytest.raises(DTypeError, match="float16 or bfloat16"):
         grouped.check_list([arr((3, 64), np.float32)], [arr((64, 16), np.float32)], "kn", None)
+    huge = np.broadcast_to(arr((1, 64)), (2**31, 64))  # no memory behind its rows
+    with pytest.raises(InputError, match="group 1: M=2147483648 exceeds 2147483647"):
+        grouped.check_list([arr((3, 64)), huge], [arr((64, 16)), arr((64, 16))], "kn", None)
 
 
 def test_non_cupy_operands_are_refused():
