@@ -61,17 +61,26 @@ class Rotation:
             self.position += 1
 
 
-def _estimate(rotation: Rotation, stream, warmup_ms: float) -> tuple[float, float]:
-    """(GPU ms per call, an upper bound; host seconds per call), after warming up for `warmup_ms`."""
+def _estimate(rotation: Rotation, stream, device_id: int, warmup_ms: float) -> tuple[float, float]:
+    """(GPU ms per call, host seconds per call) of warm calls, after warming up for `warmup_ms`.
+
+    Every operand set is used once first: module load, cuBLAS heuristics, workspace allocation, and each
+    set's first call (a prepared launch packs its arguments per address), which would otherwise count as
+    the calls' cost. The sample's GPU time is taken behind a spin kernel, as the rounds are: enqueued by
+    the host faster than the GPU runs it, a call's host cost would show as GPU time, and an estimate
+    inflated so would leave the rounds few calls between two events, whose own cost then shows."""
     import cupy
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    rotation.run(1)  # first use: module load, cuBLAS heuristics, workspace allocation
+    rotation.run(len(rotation.calls))
     stream.synchronize()
     sample = min(8, len(rotation.calls))
-    start.record(stream)
     host = time.perf_counter()
     rotation.run(sample)
     host = (time.perf_counter() - host) / sample
+    stream.synchronize()
+    spin(device_id, min(0.2, 20e-6 + 1.5 * sample * host))
+    start.record(stream)
+    rotation.run(sample)
     end.record(stream)
     end.synchronize()
     per_call = cupy.cuda.get_elapsed_time(start, end) / sample
@@ -90,7 +99,7 @@ def time_rounds(rotations: dict[str, Rotation], *, repeats: int = 7, warmup_ms: 
     device_id = cupy.cuda.Device().id
     plan = {}
     for name, rotation in rotations.items():
-        per_call, host = _estimate(rotation, stream, warmup_ms)
+        per_call, host = _estimate(rotation, stream, device_id, warmup_ms)
         plan[name] = (calls_per_repeat(per_call, target_ms), per_call, host)
     round_ms = sum(count * per_call for count, per_call, _ in plan.values())
     repeats = max(3, min(repeats, int(max_seconds * 1e3 / max(round_ms, 1e-3))))

@@ -102,3 +102,24 @@ def test_candidates_are_ranked():
     assert [r["variant"] for r in rows] == names[:2]
     assert all(r["kind"] == "candidate" and r["status"] == "ok" and r["ours_us"] > 0 for r in rows)
     assert sum(r["best"] for r in rows) == 1
+
+
+def test_a_slow_first_use_of_each_set_is_not_timed():
+    """Calls whose first use of an operand set costs the host milliseconds (as a prepared launch packing its
+    arguments per address does, far less) are timed warm: the estimate that sizes a round's calls takes every
+    set once first, and the rounds get as many calls between two events as a short call allows."""
+    import time
+    from cupy_gemm.measure import corpus_timing, timing
+    device = cupy.cuda.Device().id
+    seen = set()
+
+    def call(i):
+        if i not in seen:  # each set's first use
+            seen.add(i)
+            time.sleep(0.003)
+        timing.spin(device, 10e-6)  # a 10 µs kernel
+
+    rotation = corpus_timing.Rotation([lambda i=i: call(i) for i in range(16)])
+    result = corpus_timing.time_rounds({"ours": rotation}, repeats=3, warmup_ms=1.0)["ours"]
+    assert result["calls"] == 64  # the cap: per call about 10 µs, not the 3 ms of a first use
+    assert 9.0 < 1e3 * np.median(result["times_ms"]) < 20.0
