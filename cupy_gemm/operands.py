@@ -200,8 +200,8 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
         a, b, out = b.T, a.T, out.T
     C, copy_back, c_buffer = out, None, None
     if arr.padded is None:
-        A = _copy(cupy, a, orders[0]) if arr.copy_a else a
-        B = _copy(cupy, b, orders[1]) if arr.copy_b else b
+        A = laid_out(cupy, a, orders[0]) if arr.copy_a else a
+        B = laid_out(cupy, b, orders[1]) if arr.copy_b else b
         if arr.temp_c:  # out is a view no kernel can write: compute into a fresh array, copy back
             c_buffer = _buffer_geometry(out.shape, layout, out_align)
             C = output_buffer(cupy, out.dtype, out.shape, c_buffer)
@@ -239,9 +239,13 @@ def output_buffer(cupy, dtype, shape, buffer):
     return cupy.empty(full, dtype=dtype, order=order)[:shape[0], :shape[1]]
 
 
-def _copy(cupy, x, layout):
-    """A new array (never x itself: a contiguous x may be the view off its alignment being copied)."""
-    return cupy.array(x, order="C" if layout == "row" else "F", copy=True)
+def laid_out(cupy, x, layout):
+    """A new array of x in `layout`, never x itself (a contiguous x may be the view off its alignment being
+    copied). ascontiguousarray and asfortranarray transpose a 2-D float32 matrix with cuBLAS (geam): several
+    times faster than the element-wise copy of cupy.array(x, order=…, copy=True)."""
+    order = "C" if layout == "row" else "F"
+    y = cupy.ascontiguousarray(x) if layout == "row" else cupy.asfortranarray(x)
+    return y.copy(order=order) if y.data.ptr == x.data.ptr else y
 
 
 def _padded(cupy, x, shape, layout):

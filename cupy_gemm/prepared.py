@@ -11,7 +11,8 @@ scalar arguments. What looks at addresses runs on every call: the overlap checks
 Hopper families, which embed the addresses (so their entry keeps an LRU of argument tuples by address, and
 rotating weights still hit). A hit costs the key, a dictionary lookup, the output allocation and the launch;
 where the kernel writes a C of its own (a ragged N, an output view no kernel can write), also that buffer
-and the copy into out. A call whose A or B is copied resolves again each time.
+and the copy into out; where A or B is copied into the kernel's layout, also that copy. A call whose
+operands are zero-padded resolves again each time.
 """
 from __future__ import annotations
 
@@ -70,9 +71,10 @@ class Prepared:
         self.empty = 0 in (problem.m, problem.n, problem.k)
         self.is_cublas = isinstance(variant, str) and variant == CUBLAS
         self.by_address = not self.is_cublas and variant.family.make_args is not None
-        # (launch, swapped, C's buffer) once a run showed that A and B need no copy: the buffer None where the
-        # kernel writes out itself, else (shape, order, view) of the buffer of its own it writes (a ragged N,
-        # a view no kernel can write), made anew each call and copied into out
+        # (launch, swapped, C's buffer, copies) once a run showed that the operands need no padding: the buffer
+        # None where the kernel writes out itself, else (shape, order, view) of the buffer of its own it writes
+        # (a ragged N, a view no kernel can write), made anew each call and copied into out; copies None, or
+        # the layouts ("row", "col" or None: in place) A and B are copied into, in the kernel's orientation
         self.direct = None
         self.addresses: OrderedDict = OrderedDict()
 
@@ -95,23 +97,27 @@ class Prepared:
         direct = self.direct
         if direct is None:
             return self._resolve_and_run(a, b, out, values)
-        known, swapped, buffer = direct
+        known, swapped, buffer, copies = direct
         dest = out.T if swapped else out  # C as the kernel sees it
         C = dest if buffer is None else operands.output_buffer(_cupy or _cupy_module(), out.dtype, buffer[2],
                                                                buffer[:2])
         if C is not dest and beta != 0:
             C[...] = dest
+        if copies is not None:
+            A, B = _laid_out(a, b, swapped, copies)
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
-            A, B = (b, a) if swapped else (a, b)
+            if copies is None:
+                A, B = (b, a) if swapped else (a, b)
             if self.epilogue is None:
                 known.launch_pointers(A, B, C)
                 return _copied_back(out, dest, C)
             args = (A, B, C) + known.args[launch.POINTER_SLOTS:]
         else:
-            where = (a.data.ptr, b.data.ptr, C.data.ptr)
+            x, y = (a, b) if copies is None else (A, B)  # the caller's operands (views made only on a miss)
+            where = (x.data.ptr, y.data.ptr, C.data.ptr)
             args = self.addresses.get(where)
             if args is None:
-                args = known.pack(known.rebind(*((b.T, a.T, C) if swapped else (a, b, C))))
+                args = known.pack(known.rebind(*((b.T, a.T) if swapped and copies is None else (x, y)), C))
                 self._remember(where, args)
         if self.epilogue is not None:
             args = known.with_epilogue(self.epilogue.pack(values, self.m, self.n), args)
@@ -136,11 +142,15 @@ class Prepared:
         if ops.copy_back is not None:
             dest, src = ops.copy_back
             dest[...] = src
-        if not ops.copied and ops.arrangement.padded is None:  # the same key always resolves the same way
+        arr = ops.arrangement
+        if arr.padded is None:  # the same key always resolves the same way
             buffer = None if ops.c_buffer is None else (*ops.c_buffer, ops.C.shape)
-            self.direct = (run, ops.swapped, buffer)
-            if self.by_address:
-                self._remember((a.data.ptr, b.data.ptr, ops.C.data.ptr), run.pack(run.args))
+            copies = None if not ops.copied else (fam.layout if arr.copy_a else None,
+                                                   (fam.b_layout or fam.layout) if arr.copy_b else None)
+            self.direct = (run, ops.swapped, buffer, copies)
+            if self.by_address:  # keyed as run() looks up: the caller's a and b, or the kernel's copies
+                A, B = (a, b) if copies is None else (ops.A, ops.B)
+                self._remember((A.data.ptr, B.data.ptr, ops.C.data.ptr), run.pack(run.args))
         return out
 
     def _remember(self, where, args):
@@ -237,6 +247,13 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_
     return (a.shape, a.strides, dtype, a_data.ptr & 255, b.shape, b.strides, b.dtype, b_data.device_id,
             b_data.ptr & 255, extra, device_id, launch.current_stream(), token, alpha, beta, tf32, precision, epilogue,
             out_dtype, deterministic)
+
+
+def _laid_out(a, b, swapped, copies):
+    """The kernel's A and B (b.T and a.T when swapped), each copied into its layout where `copies` names one."""
+    cupy = _cupy or _cupy_module()
+    pair = (b.T, a.T) if swapped else (a, b)
+    return tuple(x if layout is None else operands.laid_out(cupy, x, layout) for x, layout in zip(pair, copies))
 
 
 def _copied_back(out, dest, C):

@@ -22,6 +22,7 @@ from typing import Callable
 
 from .timing import spin  # holds the stream while the host enqueues
 
+MAX_HOLD = 0.2  # seconds a spin kernel holds the stream at most
 ROTATION_FACTOR = 2  # operands rotate through more than this many L2 caches
 MOST_SETS = 1024
 
@@ -78,7 +79,7 @@ def _estimate(rotation: Rotation, stream, device_id: int, warmup_ms: float) -> t
     rotation.run(sample)
     host = (time.perf_counter() - host) / sample
     stream.synchronize()
-    spin(device_id, min(0.2, 20e-6 + 1.5 * sample * host))
+    spin(device_id, min(MAX_HOLD, 20e-6 + 1.5 * sample * host))
     start.record(stream)
     rotation.run(sample)
     end.record(stream)
@@ -107,12 +108,23 @@ def time_rounds(rotations: dict[str, Rotation], *, repeats: int = 7, warmup_ms: 
     order = list(rotations)
     for r in range(repeats):
         for name in order[r % len(order):] + order[:r % len(order)]:  # a different one goes first each round
-            count, _, host = plan[name]
+            count, per_call, host = plan[name]
             start, end = events[name][r]
-            spin(device_id, min(0.2, 20e-6 + 1.5 * count * host))
-            start.record(stream)
-            rotations[name].run(count)
-            end.record(stream)
+            for _ in range(3):
+                hold = min(MAX_HOLD, 20e-6 + 1.5 * count * host)
+                spin(device_id, hold)
+                begin = time.perf_counter()
+                start.record(stream)
+                rotations[name].run(count)
+                end.record(stream)
+                enqueued = time.perf_counter() - begin
+                if enqueued < 0.8 * hold or hold == MAX_HOLD:
+                    break
+                # the spin ended before the host had enqueued the calls, so the GPU waited for it: the
+                # repeat again, held for as long as this enqueueing took (and so every later repeat)
+                stream.synchronize()
+                host = max(host, enqueued / count)
+                plan[name] = (count, per_call, host)
         stream.synchronize()  # one round in flight at a time: the launch queue never fills
     return {name: {"calls": plan[name][0],
                    "times_ms": [cupy.cuda.get_elapsed_time(s, e) / plan[name][0] for s, e in events[name]]}

@@ -89,3 +89,26 @@ def test_same_key_new_data_is_not_stale():
         ref, scale = verify.reference(x, b)
         assert verify.check(result, ref, scale, "float16", "float32", 128).ok
     assert len({r.data.ptr for r in results}) == len(results)
+
+
+@pytest.mark.parametrize("case", ["b_row_major", "a_misaligned"])
+def test_copied_operands_are_copied_again_on_every_hit(case):
+    """A call that copies an operand into the kernel's layout keeps its launch too: a row-major B for
+    TF32's K-major wgmma, an A one element off its alignment. Each later call copies again and launches
+    (the launch kept names the copies' layouts); each result is its own product, every element written."""
+    name = "sgemm_wgmma_m64n256k8_tf32_stages3_ws2"
+    if not registry.lookup(name).runs_on(compute_capability(cupy.cuda.Device())):
+        pytest.skip(f"{name} needs sm_90")
+    prepared.clear()
+    m, n, k = 300, 520, 264
+    for seed in range(4):
+        a = verify.random_operand((m, k), "float32", 10 * seed)
+        if case == "a_misaligned":
+            a = cupy.concatenate([cupy.zeros(1, a.dtype), a.ravel()])[1:].reshape(m, k)
+        b = verify.random_operand((k, n), "float32", 10 * seed + 1)
+        out = _poisoned((m, n), "float32")
+        assert cupy_gemm.matmul(a, b, variant=name, out=out) is out
+        ref, scale = verify.reference(a, b)
+        assert verify.check(out, ref, scale, "float32", "tf32", k).ok, (case, seed)
+    (entry,) = prepared._entries.values()
+    assert entry.direct is not None and entry.direct[3] == (("row" if case == "a_misaligned" else None), "col")
