@@ -56,7 +56,8 @@ def recall(cache: OrderedDict, key):
 
 class Prepared:
     """One call geometry with its variant decided. run() serves any arrays with the geometry's key; the
-    first run that needs no copy records the launch, later ones reuse it with the new addresses."""
+    first run that pads no operand records the launch, later ones reuse it with the new addresses (copying
+    an operand into the kernel's layout again where the first run did)."""
 
     def __init__(self, variant, problem: operands.Problem, device, alpha: float, beta: float, c_given: bool,
                  epilogue=None, deterministic: bool = True):
