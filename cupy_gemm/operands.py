@@ -12,11 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .arrange import (INDEX_LIMIT, Placement, arrange, c_align, check_sizes, fresh, geometry, leading_dim,  # noqa: F401
-                      swap_for_rows)  # (re-exported)
+from .arrange import (INDEX_LIMIT, Placement, arrange, c_align, check_sizes, fresh, geometry,  # noqa: F401 (re-exported)
+                      leading_dim, swap_for_rows)
 from .errors import DeviceError, DTypeError, InputError
 from .families.base import OUT_DTYPES  # what a family that converts stores C as
-
 
 
 def require_cupy(x, name: str):
