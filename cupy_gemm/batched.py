@@ -12,6 +12,7 @@ it runs:
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,9 +47,10 @@ def check(a, b, c, out, beta: float, out_dtype: str | None = None) -> tuple[batc
 def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=None, values=None, out_dtype=None,
          deterministic=True):
     """alpha·a@b + beta·c for operands of any dimension >= 1 (at least one not 2-D), into out, stored as
-    out_dtype (as prepared.call takes it). A call whose operands needed no copy is remembered by the key
-    of prepared.py: repeating it with arrays of the same shapes, strides, dtypes and alignment only
-    rebinds the addresses and launches. deterministic=False lets split-K sum by atomics (prepared.call)."""
+    out_dtype (as prepared.call takes it). A call is remembered by the key of prepared.py: repeating it with
+    arrays of the same shapes, strides, dtypes and alignment only rebinds the addresses and launches (after
+    copying an operand again where the first call copied it). deterministic=False lets split-K sum by atomics
+    (prepared.call)."""
     import cupy
     key = prepared._key(a, b, c, out, alpha, beta, variant, precision, epilogue, out_dtype, deterministic)
     known = _entries.get(key) if key is not None else None
@@ -76,21 +78,14 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
             _empty_batch(full, alpha, beta, plan, epilogue, values)
             return out
         needs = ("batched",) + (("epilogue",) if epilogue is not None else ()) + (("convert",) if converts else ())
-        # a call whose operands are copied is not remembered whole (below), but its choice is: the key holds
-        # what it depends on
-        chosen = prepared.recall(_choices, key)
-        if chosen is None:
-            chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts, (a3, b3, full))
-            _remember(_choices, key, chosen)
+        chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts, (a3, b3, full))
         ran = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts, deterministic)
-        if ran is not None:
-            _remember(_entries, key, ("launch", plan, *ran, OrderedDict()))
+        _remember(_entries, key, ("launch", plan, *ran, OrderedDict()))
     return out
 
 
 ENTRIES = 256  # call geometries kept (least recently used dropped)
 _entries: OrderedDict = OrderedDict()
-_choices: OrderedDict = OrderedDict()  # the variant per call geometry, for calls that copy an operand
 
 
 def _remember(cache: OrderedDict, key, entry) -> None:
@@ -116,18 +111,19 @@ def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogu
         _run_folded(_fold(a3, b3, full, plan, epilogue), alpha, beta, variant, decide, precision, epilogue, values,
                     deterministic)
         return out
-    run, buffer, addresses = known[2], known[3], known[4]
+    run, buffer, layout, addresses = known[2:]
     C = full if buffer is None else cupy.empty(buffer, full.dtype)[..., :plan.n]  # as _run made it
     if C is not full and beta != 0:
         C[...] = full
+    A, B = (a3, b3) if layout is None else _laid_out(cupy, a3, b3, layout)
     member = lambda x: x[(0,) * (x.ndim - 2)]
     if run.variant.family.make_args is None:  # the pointer ABI: member 0 starts where each array does
-        args = (a3, b3, C) + run.args[launch.POINTER_SLOTS:]
+        args = (A, B, C) + run.args[launch.POINTER_SLOTS:]
     else:  # tensor maps embed the addresses: argument tuples kept per address triple, as prepared.py does
-        where = (a.data.ptr, b.data.ptr, C.data.ptr)
+        where = (A.data.ptr, B.data.ptr, C.data.ptr)
         args = addresses.get(where)
         if args is None:
-            args = prepared.keep(addresses, where, run.pack(run.rebind(member(a3), member(b3), member(C))),
+            args = prepared.keep(addresses, where, run.pack(run.rebind(member(A), member(B), member(C))),
                                  prepared.ADDRESSES)
     if epilogue is not None:
         args = run.with_epilogue(epilogue.pack(values, plan.m, plan.n), args)
@@ -225,8 +221,8 @@ def _choose(variant, decide, plan, dtype, device, precision, needs, converts=Non
 
 def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, converts=None, deterministic=True):
     """The batched launch: each operand in place where its members fit the family, else copied. Returns
-    (the launch, the shape of the buffer of its own it wrote C into, or None) where A and B were used in
-    place, else None."""
+    (the launch, the shape of the buffer of its own it wrote C into or None, and the Layout a repeat copies
+    A and B by, or None where both were used in place)."""
     import cupy
     fam = variant.family
     align = fam.align(variant.params, variant.dtype)
@@ -238,8 +234,8 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     k_pad, n_pad = up(plan.k), up(plan.n) if fam.layout == "row" and not ragged else plan.n
     if fam.layout != "row":
         raise InputError(f"variant {variant.name!r}: batches run on row-major families")
-    A = _member_layout(cupy, a, "row", align, cols=k_pad)
-    B = _member_layout(cupy, b, fam.b_layout or "row", align, rows=k_pad, cols=n_pad)
+    layout = Layout(align, k_pad, n_pad, fam.b_layout or "row")
+    A, B = _laid_out(cupy, a, b, layout)
     C, copy_back = out, None
     where = _c_placement(out, out_align, ragged, fam.unaligned_c) if n_pad == plan.n else None
     if where is None:
@@ -250,6 +246,7 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     final = batching.plan(A.shape, A.strides, B.shape, B.strides, C.strides, itemsize=A.itemsize,
                           out_itemsize=C.itemsize)
     if not final.fits:  # more batch dimensions than a kernel unravels: make a and C contiguous
+        layout = layout._replace(contiguous_a=True)
         A = cupy.ascontiguousarray(A)
         if copy_back is None:  # C is out itself (else this call's buffer, whose members follow each other)
             C = _members_buffer(cupy, out, n_pad, out_align)
@@ -273,10 +270,28 @@ def _run(variant, a, b, out, plan, alpha, beta, device, epilogue, values, conver
     run()
     if copy_back is not None:
         out[...] = copy_back
-    if A is not a or B is not b:
-        return None
-    # a repeated call may reuse the launch: A and B were used in place, C is out or a buffer of the same shape
-    return run, None if copy_back is None else _members_shape(out, n_pad, out_align)
+    # a repeated call reuses the launch: C is out or a buffer of the same shape, A and B are a and b or their
+    # copies by the same layout
+    return (run, None if copy_back is None else _members_shape(out, n_pad, out_align),
+            None if A is a and B is b else layout)
+
+
+class Layout(NamedTuple):
+    """How a batch's A and B reach the family: its alignment, K and N padded to it, B's order, and whether A
+    was then made contiguous (more batch dimensions than a kernel unravels)."""
+    align: int
+    k_pad: int
+    n_pad: int
+    b_order: str
+    contiguous_a: bool = False
+
+
+def _laid_out(cupy, a, b, layout: Layout):
+    """A and B as the launch reads them: each itself where its members fit, else a (zero-padded) copy."""
+    A = _member_layout(cupy, a, "row", layout.align, cols=layout.k_pad)
+    if layout.contiguous_a:
+        A = cupy.ascontiguousarray(A)
+    return A, _member_layout(cupy, b, layout.b_order, layout.align, rows=layout.k_pad, cols=layout.n_pad)
 
 
 def _fits(x, order: str, align: int) -> bool:

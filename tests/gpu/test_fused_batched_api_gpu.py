@@ -250,3 +250,27 @@ def test_repeated_batched_calls_use_each_calls_arrays(dtype, shapes):
         acc = "tf32" if dtype == "float32" and api.defaults_key(dtype, None) == "tf32" else "float32"
         tol = verify.bound_factor(dtype, acc, 64) * 16 * (np.abs(ref) + 8)
         assert np.all(np.abs(got - ref) <= tol), f"call {seed}"
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "float32"])
+@pytest.mark.parametrize("case", ["odd_k", "a_misaligned"])
+def test_repeated_batched_calls_copy_their_operands_again(dtype, case):
+    """A batch whose operands the family cannot read in place (K of 63 padded to 64; members one element off
+    their alignment) is remembered too: each later call copies them again by the same layout and rebinds the
+    copies. Every result is its own product, every element written."""
+    from cupy_gemm import batched
+    batched._entries.clear()
+    k = 63 if case == "odd_k" else 64
+    for seed in range(3):
+        a = _rand((4, 100, k), dtype, 170 + seed)
+        if case == "a_misaligned":
+            a = cupy.concatenate([cupy.zeros(1, a.dtype), a.ravel()])[1:].reshape(a.shape)
+        b = _rand((4, k, 136), dtype, 180 + seed)
+        out = cupy.full((4, 100, 136), cupy.nan, dtype)
+        assert cupy_gemm.matmul(a, b, out=out) is out
+        ref = _batched_ref(a, b)
+        got = cupy.asnumpy(out.astype(cupy.float64))
+        tol = verify.bound_factor(dtype, "float32", k) * 16 * (np.abs(ref) + 8)
+        assert np.all(np.abs(got - ref) <= tol), (case, seed)
+    (entry,) = batched._entries.values()
+    assert entry[0] == "launch" and entry[4] is not None  # the copies' layout is kept
