@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import grouping, launch, registry, tma
+from . import arrange, grouping, launch, registry, tma
 from .errors import DeviceError, DTypeError, InputError
 from .families.grouped import GROUP_DESC_DTYPE, LAYOUTS, MAX_GROUPS
-from .operands import check_sizes as index_limit, require_cupy
+from .operands import require_cupy
 
 FAMILY = "grouped"
 DTYPES = ("float16", "bfloat16")
@@ -57,7 +57,7 @@ def check_b_layout(b_layout: str) -> bool:
 
 def check_sizes(m: int, n: int, k: int, where: str = "") -> None:
     """Sizes the kernels index (32-bit), with N and K whole 16-byte rows."""
-    index_limit(where, M=m, N=n, K=k)
+    arrange.check_sizes(where, M=m, N=n, K=k)
     for name, size in (("K", k), ("N", n)):
         if size % ALIGN:
             raise InputError(f"{where}{name} = {size} must be a multiple of {ALIGN} (TMA moves rows of 16-byte "
