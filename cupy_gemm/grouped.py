@@ -285,7 +285,7 @@ def _listed(as_, bs, outs, variant, b_layout):
                                         box_cols=BOX_COLS).view(np.uint8)
             maps[g + i] = _b_map(b, dtype, v.params, k_major, 1, grp.n, grp.k).view(np.uint8)
         if bound:
-            empty = tma._empty_map()
+            empty = tma.empty_map()
             _launch(v, device, empty, empty, None, 0, None, cupy.asarray(table), "list", g, 0, 0, 0, 0, bound)
     return targets
 

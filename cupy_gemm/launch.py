@@ -93,7 +93,7 @@ _loaded: dict[tuple, tuple[object, Compiled]] = {}
 
 def _identity(variant: Variant, device) -> tuple:
     return (variant.family.name, variant.name, variant.dtype, variant.acc, tuple(variant.params.items()),
-            variant.batched, variant.epilogue, variant.out_dtype, variant.split_atomic, variant.unaligned_c, device.id)
+            *variant.extras.values(), device.id)
 
 
 def load(variant: Variant, device) -> tuple[object, Compiled]:
@@ -296,8 +296,8 @@ def cluster_slots(variant: Variant, kernel, device) -> int | None:
         slots = driver.max_active_clusters(kernel.ptr, (fam.threads(p), 1, 1),
                                            fam.smem_bytes(p, variant.dtype, variant.acc), fam.cluster(p))
         if slots < 1:
-            raise ConfigError("CLUSTER", fam.cluster(p), f"a size this GPU can run: no cluster of this kernel's "
-                              f"blocks fits on one of its GPCs", where=variant.name)
+            raise ConfigError("CLUSTER", fam.cluster(p), "a size this GPU can run: no cluster of this kernel's "
+                              "blocks fits on one of its GPCs", where=variant.name)
         _cluster_slots[kernel.ptr] = slots
     return _cluster_slots[kernel.ptr]
 
@@ -316,8 +316,7 @@ def configure(variant: Variant, device, m: int, n: int, k: int, count: int = 1,
                             cluster_slots(variant, kernel, device), devices.memory_bytes_per_ns(device.id))
         if variant.split_atomic or not atomic_sum(variant, cfg, compute_capability(device), deterministic):
             break
-        variant = variant.with_extras(batched=variant.batched, epilogue=variant.epilogue, out_dtype=variant.out_dtype,
-                                      split_atomic=True, unaligned_c=variant.unaligned_c)
+        variant = variant.with_extras(**{**variant.extras, "split_atomic": True})
     return variant, kernel, cfg
 
 

@@ -62,6 +62,13 @@ class Variant:
     unaligned_c: bool = False  # C at any leading dimension and address, N any (Family.unaligned_c)
 
     @property
+    def extras(self) -> dict:
+        """What a call added to the catalogue entry, by with_extras's keywords: with_extras(**v.extras) is v
+        itself, and the compile cache keys on them (launch.load)."""
+        return {"batched": self.batched, "epilogue": self.epilogue, "out_dtype": self.out_dtype,
+                "split_atomic": self.split_atomic, "unaligned_c": self.unaligned_c}
+
+    @property
     def sums_atomically(self) -> bool:
         """Whether this variant can sum its split-K partials by atomics (with_extras(split_atomic=True)): its
         family's template can, and SPLIT_K (0: per shape, or > 1) compiles the split-K steps in."""
@@ -94,11 +101,9 @@ class Variant:
                 raise ConfigError("out_dtype", out_dtype, f"{self.dtype} (C in the inputs' dtype): only families "
                                   f"that convert in their store ({', '.join(_with('convert'))}) write another; "
                                   f"family {fam.name!r} does not", where=self.name)
-        extras = (batched, epilogue, out_dtype, split_atomic, unaligned_c)
-        if extras == (self.batched, self.epilogue, self.out_dtype, self.split_atomic, self.unaligned_c):
-            return self
-        return replace(self, batched=batched, epilogue=epilogue, out_dtype=out_dtype, split_atomic=split_atomic,
-                       unaligned_c=unaligned_c)
+        extras = {"batched": batched, "epilogue": epilogue, "out_dtype": out_dtype, "split_atomic": split_atomic,
+                  "unaligned_c": unaligned_c}
+        return self if extras == self.extras else replace(self, **extras)
 
     def runs_on(self, cc: int) -> bool:
         """Whether a GPU of compute capability `cc` (e.g. 90) can run this variant: new enough for the

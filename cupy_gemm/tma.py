@@ -49,16 +49,13 @@ def _encode_function():
     return _encode
 
 
-def _empty_map() -> np.ndarray:
-    """A (1,)-shaped array of one 128-byte void element whose bytes start on a 64-byte boundary."""
+def empty_map() -> np.ndarray:
+    """A (1,)-shaped array of one 128-byte void element of zero bytes, starting on a 64-byte boundary: what
+    tensor_map_2d fills in, and as it is, a map argument the kernel never reads (where its operand lies as
+    no map can describe)."""
     raw = np.zeros(TENSOR_MAP_BYTES + TENSOR_MAP_ALIGN, dtype=np.uint8)
     skip = -raw.ctypes.data % TENSOR_MAP_ALIGN
     return raw[skip: skip + TENSOR_MAP_BYTES].view(MAP_DTYPE)
-
-
-def unused_map() -> np.ndarray:
-    """A map argument the kernel never reads (all zero bytes): where its operand lies as no map can describe."""
-    return _empty_map()
 
 
 def check_2d(ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
@@ -165,7 +162,7 @@ def tensor_map(ptr: int, dtype: str, *, dims: tuple, strides: tuple, box: tuple,
         raise InputError(f"tensor maps take {sorted(_DATA_TYPES)}, not {dtype}")
     code = _DATA_TYPES[dtype][0]
     encode = _encode_function()
-    tensor_map = _empty_map()
+    tensor_map = empty_map()
     result = encode(tensor_map.ctypes.data, code, rank, ctypes.c_void_p(ptr), (ctypes.c_uint64 * rank)(*dims),
                     (ctypes.c_uint64 * max(rank - 1, 1))(*strides), (ctypes.c_uint32 * rank)(*box),
                     (ctypes.c_uint32 * rank)(*(1,) * rank),

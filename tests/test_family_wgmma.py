@@ -248,7 +248,7 @@ def test_pingpong_static_assert_mirrors_the_rule():
 
 
 def test_tensor_map_buffer_is_one_aligned_128_byte_value():
-    m = tma._empty_map()
+    m = tma.empty_map()
     assert m.shape == (1,) and m.dtype.itemsize == 128 and m.nbytes == 128
     assert m.ctypes.data % 64 == 0
 

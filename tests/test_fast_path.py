@@ -187,7 +187,7 @@ def test_launch_arguments_are_converted_once(gpu):
     bytes the driver copies; anything else is refused by name."""
     import ctypes
     from cupy_gemm import tma
-    tensor_map, array = tma._empty_map(), gpu.array((2, 2), "float32")
+    tensor_map, array = tma.empty_map(), gpu.array((2, 2), "float32")
     args = LAUNCHABLE((np.int32(-3), np.int64(2**40), np.float32(1.5), np.uintp(7), tensor_map, array))
     assert [type(x) for x in args[:4]] == [ctypes.c_int32, ctypes.c_int64, ctypes.c_float, ctypes.c_uint64]
     assert [x.value for x in args[:4]] == [-3, 2**40, 1.5, 7]
@@ -221,7 +221,7 @@ def test_kept_launches_hold_no_arrays(gpu, monkeypatch, variant):
     a pool that then hands out new addresses, defeat the cache of tensor-map arguments)."""
     from cupy_gemm import tma
     monkeypatch.setattr(launch, "launchable", LAUNCHABLE)
-    monkeypatch.setattr(tma, "tensor_map_2d", lambda *args, **kw: tma._empty_map())  # a real map's type
+    monkeypatch.setattr(tma, "tensor_map_2d", lambda *args, **kw: tma.empty_map())  # a real map's type
     dtype = "float32" if variant == ROW_KERNEL else "float16"
     for _ in range(2):
         api.matmul(gpu.array((128, 64), dtype), gpu.array((64, 256), dtype), variant=variant)

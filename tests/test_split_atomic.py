@@ -40,6 +40,12 @@ def test_the_twin_renders_the_atomic_sum():
     both = v.with_extras(out_dtype="float32", split_atomic=True)
     assert both.split_atomic and both.out_dtype == "float32"
     assert not twin.with_extras(out_dtype="float32").split_atomic
+    # extras name every one: a variant rebuilt from them is itself, and the compile cache tells the twins apart
+    assert both.extras == {"batched": False, "epilogue": None, "out_dtype": "float32", "split_atomic": True,
+                           "unaligned_c": False}
+    assert both.with_extras(**both.extras) is both and v.with_extras(**v.extras) is v
+    assert launch._identity(both, SimpleNamespace(id=0)) != launch._identity(both.with_extras(out_dtype="float32"),
+                                                                             SimpleNamespace(id=0))
 
 
 @pytest.mark.parametrize("name", ["hgemm_wgmma_m64n256k16_stages4_ws2", "hgemv_decode_n64_c1_stages8",

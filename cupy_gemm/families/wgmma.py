@@ -219,7 +219,7 @@ def make_args(variant, A, B, C, m, n, k, lda, ldb, ldc, alpha, beta, batch=None)
         strides = (batch.a_strides, batch.b_strides, batch.c_strides)
         made = [_batched_map(x.data.ptr, t, r, c, ld, box, cols, batch.shape, st, bytes_, sw)
                 for (x, t, r, c, ld, box, cols, bytes_, sw), st in zip(maps, strides)]
-    map_a, map_b, map_c = (*made, tma.unused_map())[:3]
+    map_a, map_b, map_c = (*made, tma.empty_map())[:3]
     return (map_a, map_b, map_c, C, np.int32(m), np.int32(n), np.int32(k), np.int64(ldc),
             np.float32(alpha), np.float32(beta))
 
