@@ -41,6 +41,9 @@ def run(args, console) -> int:
     for mode, stats in corpus_records.summarise(rows).items():
         parts = [f"{key} geomean {s['geomean']:.3f} min {s['min']:.3f} ({s['min_at']})"
                  for key, s in stats.items() if key in corpus_records.RATIOS and s["count"]]
+        parts += [f"M <= 16 {label} {s['geomean']:.0f}% min {s['min']:.0f}% ({s['min_at']})"
+                  for label, s in (("of the copy bandwidth", stats["hbm_pct_m16"]),
+                                   ("of the traffic floor's speed", stats["floor_pct_m16"])) if s["count"]]
         console.print(f"{mode}: " + "; ".join(parts) + (f"; failed: {', '.join(stats['failed'])}"
                                                         if stats["failed"] else ""))
     console.print(f"wrote {paths['json']}, {paths['csv']} and {out / 'corpus.md'}")

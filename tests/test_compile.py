@@ -92,6 +92,14 @@ def test_the_k0_epilogue_kernel_compiles_through_the_cache(dtype, tmp_path, monk
     assert compile_mod.compile_source("epilogue_only", source, "sm_80") is compiled
 
 
+def test_the_traffic_floor_kernel_compiles(tmp_path, monkeypatch):
+    """The corpus benchmark's traffic floor (measure/traffic_floor.py) is a helper kernel: checked like the others."""
+    from cupy_gemm.render import render_file
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    compiled = compile_mod.compile_source("traffic_floor", render_file("traffic_floor.cu.j2"), "sm_90")
+    assert compiled.resources.local == 0
+
+
 def test_a_helper_kernels_compile_error_names_it(tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
     with pytest.raises(CompileError, match="the K = 0 epilogue .* sm_80"):

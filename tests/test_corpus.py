@@ -135,9 +135,12 @@ def _timing(us, calls=10):
     return {"calls": calls, "times_ms": [us * 1e-3 * f for f in (1.0, 0.98, 1.02, 1.0, 1.05)]}
 
 
-def _records(mode, shape, ours_us, cupy_us, torch_us, kind="corpus", status="ok", ridge=300.0, variant="v"):
+def _records(mode, shape, ours_us, cupy_us, torch_us, kind="corpus", status="ok", ridge=300.0, variant="v",
+             floor_us=None):
     outcomes = {"ours": {"variant": variant, "status": status, "reason": "" if status == "ok" else "why"}}
     times = {"cupy": _timing(cupy_us), "torch": _timing(torch_us)}
+    if floor_us is not None:
+        times["floor"] = _timing(floor_us)
     if status == "ok":
         times["ours"] = _timing(ours_us)
     return corpus_records.shape_records(shape, mode, kind, outcomes, times, {"ours": 0.1, "cupy": 0.2}, 2, 4,
@@ -159,6 +162,9 @@ def test_shape_record_fields():
     assert r["memory_bound"] is True  # 2·16·4096² / traffic ≈ 16 FLOP/byte, below the ridge of 300
     assert r["ours_spread"] == pytest.approx(0.035, abs=0.02)
     assert r["error"] == 0.1 and r["cupy_error"] == 0.2 and r["torch_error"] is None
+    assert r["floor_us"] is None and r["ours_floor_pct"] is None  # no traffic floor timed
+    (floor,) = _records("float16", _shape(16, 4096, 4096), ours_us=20.0, cupy_us=30.0, torch_us=10.0, floor_us=18.0)
+    assert floor["floor_us"] == pytest.approx(18.0) and floor["ours_floor_pct"] == pytest.approx(90.0)
     (big,) = _records("float16", _shape(4096, 4096, 4096), 200.0, 210.0, 205.0)
     assert big["memory_bound"] is False
     (unknown,) = _records("float16", _shape(4096, 4096, 4096), 200.0, 210.0, 205.0, ridge=None)
@@ -191,6 +197,13 @@ def test_summary_geomean_and_minimum():
     assert f16["x_torch"]["min_at"] == "test.1x4096x4096" and f16["x_cupy"]["count"] == 3
     assert f16["failed"] == ["test.128x4096x4096"] and f16["shapes"] == 4
     assert f16["hbm_pct_m16"]["count"] == 2
+    assert f16["floor_pct_m16"]["count"] == 0  # no traffic floor timed
+    floor = corpus_records.summarise(
+        _records("float16", _shape(1, 4096, 4096), 10.0, 20.0, 5.0, floor_us=9.0)
+        + _records("float16", _shape(16, 1024, 4096), 8.0, 9.0, 9.0, floor_us=4.0)
+        + _records("float16", _shape(64, 4096, 4096), 10.0, 10.0, 10.0, floor_us=9.0))["float16"]["floor_pct_m16"]
+    assert floor["count"] == 2 and floor["geomean"] == pytest.approx(math.sqrt(90.0 * 50.0))
+    assert floor["min"] == pytest.approx(50.0) and floor["min_at"] == "test.16x1024x4096"
     assert summary["float32"]["x_cupy"]["geomean"] == pytest.approx(0.8)
     assert corpus_records.geomean([2.0, 8.0]) == pytest.approx(4.0)
     assert corpus_records.geomean([None, 0.0, math.inf]) is None
@@ -226,7 +239,7 @@ def test_files_round_trip(tmp_path):
 
 
 def test_tables_from_records():
-    rows = (_records("float16", _shape(16, 4096, 4096), 20.0, 30.0, 10.0)
+    rows = (_records("float16", _shape(16, 4096, 4096), 20.0, 30.0, 10.0, floor_us=15.0)
             + _records("float16", _shape(4096, 4096, 4096), 200.0, 220.0, 250.0)
             + _records("float16", _shape(128, 4096, 4096), 20.0, 30.0, 10.0, status="incorrect")
             + _records("float32", _shape(64, 64, 64), 20.0, 30.0, 10.0)
@@ -243,9 +256,11 @@ def test_tables_from_records():
     row = next(line for line in lines if line.startswith("| test.16x4096x4096 "))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1:] == ["16×4096×4096", "`v`", "20.0", "30.0", "10.0", "26.8", "1.50", "0.50",
-                         f"{100 * (16 * 4096 * 2 + 4096 * 4096) * 2 / 20e-6 / BANDWIDTH:.0f}"]
+                         f"{100 * (16 * 4096 * 2 + 4096 * 4096) * 2 / 20e-6 / BANDWIDTH:.0f}", "75"]
     big = [c.strip() for c in next(x for x in lines if x.startswith("| test.4096x4096x4096 ")).strip("|").split("|")]
-    assert big[-1] == ""  # compute-bound: no share of bandwidth
+    assert big[-2:] == ["", ""]  # compute-bound: no share of bandwidth, no floor timed
+    assert "Against their traffic floor (A and B read, C written by a plain kernel in the same rounds), ours runs " \
+           "at 75% of its speed in geometric mean, 75% at least (test.16x4096x4096)." in text
     wrong = [c.strip() for c in next(x for x in lines if x.startswith("| test.128x4096x4096 ")).strip("|").split("|")]
     assert wrong[3] == "incorrect" and wrong[7] == ""
     geomean = next(x for x in lines if x.startswith("| **geomean** ") and "1.28" in x)

@@ -4,7 +4,8 @@ PyTorch is importable) on the shapes of cupy_gemm.measure.corpus, in one run on 
 Per precision and shape: GPU time per call of each (corpus_timing: events around many calls, operands
 rotated through more than twice the L2 cache; the three share the same device memory, torch through
 DLPack), TFLOPS, ratios, the share of the copy bandwidth measured at the start of the run, and every
-output checked against the float64 reference. Per precision: host cost per call on small squares.
+output checked against the float64 reference. Memory-bound shapes also time their traffic floor (A and B
+read, C written by a plain kernel: measure/traffic_floor.py), the least time those bytes take in one launch. Per precision: host cost per call on small squares.
 Precisions: float16 and bfloat16 (fp32 accumulation), float32 (exact, CUDA cores, for all three) and
 tf32 (float32 inputs on TF32 tensor cores for all three).
 
@@ -30,6 +31,7 @@ from ..errors import CupyGemmError
 from .workbench import numpy_dtype
 from . import corpus_records as records_
 from . import corpus_timing as timing
+from . import traffic_floor
 from .corpus import Shape
 
 
@@ -191,11 +193,13 @@ def measure_shape(shape: Shape, mode: str, settings: Settings, bandwidth: float,
     count = timing.rotation_count(records_.min_bytes(*shape.mnk, itemsize), timing.l2_bytes(cupy.cuda.Device().id))
     sets = operand_sets(shape.mnk, input_dtype(mode), count, settings.seed, settings.b_layout)
     calls = baseline_calls(sets, _torch() if settings.torch else None)
+    if records_.memory_bound(*shape.mnk, itemsize, ridge):
+        calls["floor"] = traffic_floor.calls(sets)  # the floor of these bytes, timed in the same rounds
     plans, outcomes = _ours(sets, [settings.variant] if variants is None else variants, settings.deterministic)
     calls.update(plans)
     errors, failures = _first_calls(calls, plans, outcomes, sets, mode, shape.k, settings.check)
     timed = {key: timing.Rotation(c) for key, c in calls.items()
-             if key not in outcomes or outcomes[key]["status"] == "ok"}
+             if c and (key not in outcomes or outcomes[key]["status"] == "ok")}
     times = timing.time_rounds(timed, repeats=settings.repeats, warmup_ms=settings.warmup_ms,
                                target_ms=settings.target_ms, max_seconds=settings.max_seconds)
     return records_.shape_records(shape, mode, "corpus" if variants is None else "candidate", outcomes, times,
@@ -286,5 +290,7 @@ def line(r: dict) -> str:
             f"{x('x_cupy')} cupy, {x('x_torch')} torch")
     if r.get("ours_tflops") is not None:
         text += f", {r['ours_tflops']:.1f} TFLOPS, {r['ours_hbm_pct']:.0f}% HBM"
+        if r.get("ours_floor_pct") is not None:
+            text += f", {r['ours_floor_pct']:.0f}% of the floor"
     return text + (f" ({r['reason']})" if r.get("reason") else "")
 

@@ -6,7 +6,10 @@ A record is a flat dict. `kind` says what it holds:
   candidate  the same for one explicit variant, `best` marking the fastest correct one of the shape
   host       wall time per call of a loop of calls (host cost), on a small square
 Times are GPU microseconds per call (medians), `*_hbm_pct` the share of the bandwidth a device-to-device
-copy reached in the same run, counting each operand read once and the output written once.
+copy reached in the same run, counting each operand read once and the output written once. Memory-bound
+shapes carry `floor_us`, the same operands read and output written by a plain kernel in the same rounds
+(measure/traffic_floor.py), and `ours_floor_pct` = 100 × floor_us / ours_us: how close ours comes to what
+one launch moving those bytes can do.
 """
 from __future__ import annotations
 
@@ -52,6 +55,11 @@ def min_bytes(m: int, n: int, k: int, itemsize: int) -> int:
     return (m * k + k * n + m * n) * itemsize
 
 
+def memory_bound(m: int, n: int, k: int, itemsize: int, ridge: float | None) -> bool | None:
+    """Whether the product's FLOP per byte of min_bytes lies below the ridge point (None: ridge unknown)."""
+    return None if ridge is None else 2.0 * m * n * k / min_bytes(m, n, k, itemsize) < ridge
+
+
 def impl_fields(m: int, n: int, k: int, timing: dict | None, bandwidth: float, traffic: int) -> dict:
     """us, tflops, hbm_pct, spread, calls, repeats of one implementation from time_rounds' entry."""
     if not timing:
@@ -80,7 +88,8 @@ def shape_records(shape, mode: str, kind: str, outcomes: dict[str, dict], times:
     intensity = 2.0 * m * n * k / traffic
     base = {"kind": kind, "dtype": mode, "name": shape.name, "model": shape.model, "layer": shape.layer,
             "M": m, "N": n, "K": k, "also": ",".join(shape.also), "sets": sets, "min_bytes": traffic,
-            "intensity": intensity, "memory_bound": None if ridge is None else intensity < ridge}
+            "intensity": intensity, "memory_bound": memory_bound(m, n, k, itemsize, ridge),
+            "floor_us": impl_fields(m, n, k, times.get("floor"), bandwidth, traffic)["us"]}
     for key in BASELINES:
         fields = impl_fields(m, n, k, times.get(key), bandwidth, traffic)
         base.update({f"{key}_{f}": fields[f] for f in ("us", "tflops", "hbm_pct")})
@@ -91,6 +100,8 @@ def shape_records(shape, mode: str, kind: str, outcomes: dict[str, dict], times:
         fields = impl_fields(m, n, k, times.get(key), bandwidth, traffic)
         record = {**base, **outcome, "error": errors.get(key), **{f"ours_{f}": v for f, v in fields.items()}}
         record.update({f"x_{b}": ratio(record[f"{b}_us"], record["ours_us"]) for b in BASELINES})
+        floor = ratio(record["floor_us"], record["ours_us"])
+        record["ours_floor_pct"] = None if floor is None else 100.0 * floor
         records.append(record)
     if kind == "candidate":
         timed = [r for r in records if r["status"] == "ok" and r["ours_us"]]
@@ -114,7 +125,8 @@ def _stats(records: list[dict], key: str) -> dict:
 
 def summarise(records: Iterable[dict]) -> dict:
     """Per dtype: geometric mean and minimum (with the shape it occurs at) of each ratio over the corpus
-    records, of our share of the bandwidth over shapes with M <= 16, and of the host-cost ratios.
+    records, of our share of the bandwidth and of the traffic floor's speed over shapes with M <= 16, and of
+    the host-cost ratios.
     Shapes where ours failed or was wrong count in `failed`, not in the means."""
     records = list(records)
     out = {}
@@ -124,6 +136,7 @@ def summarise(records: Iterable[dict]) -> dict:
         host = [r for r in records if r["dtype"] == mode and r["kind"] == "host"]
         out[mode] = {**{key: _stats(ok, key) for key in RATIOS},
                      "hbm_pct_m16": _stats([r for r in ok if r["M"] <= 16], "ours_hbm_pct"),
+                     "floor_pct_m16": _stats([r for r in ok if r["M"] <= 16], "ours_floor_pct"),
                      "host": {key: _stats(host, key) for key in RATIOS},
                      "shapes": len(shapes), "failed": [r["name"] for r in shapes if r["status"] != "ok"]}
     return out

@@ -1,6 +1,7 @@
 """Markdown tables of the corpus benchmark for docs/PERFORMANCE.md: per precision a row per shape (the
 variant the default picked, GPU µs per call of ours, cupy.matmul and torch.matmul, our TFLOPS, the two
-ratios, our share of the copy bandwidth where the shape is memory-bound) closed by the geometric mean and
+ratios, our share of the copy bandwidth where the shape is memory-bound and of its traffic floor's speed)
+closed by the geometric mean and
 the minimum of each ratio; then the host cost per call, and for a run over candidate variants the
 fastest of each shape."""
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from ..measure import corpus_records as records_
 
 SHAPE_HEADER = ("shape", "M×N×K", "variant", "µs ours", "µs cupy", "µs torch", "TFLOPS", "×cupy", "×torch",
-                "%HBM")
+                "%HBM", "%floor")
 HOST_HEADER = ("dtype", "M×N×K", "variant", "µs/call ours", "µs/call cupy", "µs/call torch", "×cupy", "×torch")
 
 
@@ -32,7 +33,8 @@ def _shape_row(r: dict) -> list[str]:
     ok = r["status"] == "ok"
     return [r["name"], _mnk(r), f"`{r['variant']}`", _num(r["ours_us"]) if ok else r["status"], _num(r["cupy_us"]),
             _num(r["torch_us"]), _num(r["ours_tflops"]) if ok else "", _num(r["x_cupy"], 2), _num(r["x_torch"], 2),
-            _num(r["ours_hbm_pct"], 0) if ok and r.get("memory_bound") else ""]
+            _num(r["ours_hbm_pct"], 0) if ok and r.get("memory_bound") else "",
+            _num(r.get("ours_floor_pct"), 0) if ok else ""]
 
 
 def _summary_rows(stats: dict) -> list[list[str]]:
@@ -41,7 +43,7 @@ def _summary_rows(stats: dict) -> list[list[str]]:
         cells = {key: _num(stats[key][label], 2) for key in records_.RATIOS}
         where = ", ".join(f"{key[2:]}: {stats[key]['min_at']}" for key in records_.RATIOS
                           if label == "min" and stats[key]["min_at"])
-        rows.append([f"**{label}**", where, "", "", "", "", "", cells["x_cupy"], cells["x_torch"], ""])
+        rows.append([f"**{label}**", where, "", "", "", "", "", cells["x_cupy"], cells["x_torch"], "", ""])
     return rows
 
 
@@ -64,10 +66,14 @@ def shape_tables(records: list[dict]) -> str:
         if not rows:
             continue
         out += [f"#### {mode}", "", *_table(SHAPE_HEADER, [_shape_row(r) for r in rows] + _summary_rows(summary[mode]))]
-        decode = summary[mode]["hbm_pct_m16"]
+        decode, floor = summary[mode]["hbm_pct_m16"], summary[mode]["floor_pct_m16"]
         if decode["count"]:
             out.append(f"\nShapes with M ≤ 16: our share of the copy bandwidth has a geometric mean of "
                        f"{decode['geomean']:.0f}% and a minimum of {decode['min']:.0f}% ({decode['min_at']}).")
+        if floor["count"]:
+            out.append(f"Against their traffic floor (A and B read, C written by a plain kernel in the same rounds), "
+                       f"ours runs at {floor['geomean']:.0f}% of its speed in geometric mean, {floor['min']:.0f}% at "
+                       f"least ({floor['min_at']}).")
         if summary[mode]["failed"]:
             out.append(f"\nNot counted in the means (ours failed or was wrong): {', '.join(summary[mode]['failed'])}.")
         out.append("")

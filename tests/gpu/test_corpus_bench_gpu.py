@@ -47,6 +47,10 @@ def test_records_are_complete(run):
         for key in baselines:
             assert r[f"x_{key}"] > 0 and r[f"{key}_error"] is not None, (where, key)
         assert r["memory_bound"] in (True, False, None)
+        # the traffic floor is timed where the product is memory-bound, and nowhere else
+        assert (r["floor_us"] is not None) == bool(r["memory_bound"]), where
+        if r["floor_us"] is not None:
+            assert r["floor_us"] > 0 and r["ours_floor_pct"] == pytest.approx(100 * r["floor_us"] / r["ours_us"])
     assert all(r["memory_bound"] for r in shapes if r["M"] == 16 and r["memory_bound"] is not None)
     hosts = [r for r in rows if r["kind"] == "host"]
     assert len(hosts) == len(corpus_records.DTYPES)
@@ -62,6 +66,24 @@ def test_a_column_major_b_is_timed_in_place():
     if devices.compute_capability(cupy.cuda.Device().id) == 90:  # Hopper: the K-major twins
         assert all("_kmajor" in r["variant"] for r in shapes), [r["variant"] for r in shapes]
     assert "B column-major: x @ W.T" in corpus_tables.markdown(meta, rows)
+
+
+def test_the_traffic_floor_writes_the_output_and_refuses_strided_operands():
+    from cupy_gemm.measure import traffic_floor
+    sets = corpus_bench.operand_sets((17, 1001, 999), "float16", 2, 0, "col")  # byte counts off 16
+    for _, _, o in sets:
+        o.fill(cupy.nan)
+    calls = traffic_floor.calls(sets)
+    assert len(calls) == 2
+    for call in calls:
+        call()
+    cupy.cuda.get_current_stream().synchronize()
+    for _, _, o in sets:  # every whole 16-byte word of the output written (zeros), the 2-byte tail left
+        flat = o.ravel()
+        written = o.nbytes // 16 * 16 // o.itemsize
+        assert bool((flat[:written] == 0).all()) and bool(cupy.isnan(flat[written:]).all())
+    a, b, o = sets[0]
+    assert traffic_floor.calls([(a[:, ::2], b, o)]) == []  # no one block of memory: no floor
 
 
 def test_precisions_reach_every_library(run):
