@@ -24,10 +24,11 @@ def test_family_declares_few_rows_clusters_and_tma():
     for name in NAMES:  # the name says the rows past 16, columns per cluster, blocks per cluster and stages
         v = catalogue()[name]
         p = v.params
-        rows, bk = f"_r{p['ROWS']}" if p["ROWS"] > 16 else "", "_bk128" if p["BK"] == 128 else ""
+        rows, bk = f"_r{p['ROWS']}" if p["ROWS"] != 16 else "", "_bk128" if p["BK"] == 128 else ""
         assert f"{rows}_n{p['BN']}_c{p['CS']}{bk}_stages{p['STAGES']}" in name and v.max_rows() == p["ROWS"]
         assert DECODE.cluster(p) == p["CS"] and DECODE.tile(p) == (p["ROWS"], p["BN"] // p["CS"])
-    assert {catalogue()[n].params["ROWS"] for n in NAMES} == {16, 32, 64}
+    assert {catalogue()[n].params["ROWS"] for n in NAMES} == {8, 16, 32, 64}
+    assert all(catalogue()[n].dtype == catalogue()[n].acc == "float32" for n in NAMES if "_r8_" in n)  # exact fp32
     assert DECODE.b_layout is None and KMAJOR.b_layout == "col"
 
 
@@ -51,6 +52,8 @@ def test_every_entry_has_a_k_major_twin_of_the_same_parameters():
     ("float32", "tf32", {"MMA": 1}, "MMA", "MMA = 1 (wgmma) takes float16 or bfloat16"),
     ("bfloat16", "float32", {"MMA": 1, "WARPS": 2}, "MMA", "and warpgroups: WARPS a multiple of 4"),
     ("float16", "float32", {"ROWS": 32}, "ROWS", "one m16 tile"),
+    ("float16", "float32", {"ROWS": 8}, "ROWS", "one m16 tile"),  # 8 rows: exact float32 only
+    ("float32", "tf32", {"ROWS": 8}, "ROWS", "one m16 tile"),
     ("float32", "tf32", {"ROWS": 64, "BN": 64, "STAGES": 4}, "ROWS", "one m16 tile"),
     ("float16", "float32", {"ROWS": 128, "BN": 256, "WARPS": 4, "MMA": 1, "CS": 1, "STAGES": 2}, "WARPS",
      "more warpgroups"),
@@ -237,13 +240,14 @@ def test_a_column_major_b_goes_to_the_k_major_twin(name):
     size = 4 if v.dtype == "float32" else 2
     decision = dispatch.Decision(name, "a table said so")
     gpu = dispatch.Gpu("unknown GPU", 90)
-    col = placement_rules.b_layout(gpu, key, decision, b_placement(16, 4096, 4096, "col", size), ())
+    m = min(16, v.max_rows())
+    col = placement_rules.b_layout(gpu, key, decision, b_placement(m, 4096, 4096, "col", size), ())
     twin = catalogue()[col.variant]
     assert twin.family is KMAJOR and "B-layout rule" in col.reason
     assert (twin.params, twin.acc) == (v.params, v.acc)
-    assert b_placement(16, 4096, 4096, "col", size).for_variant(v).copy_b
-    assert not b_placement(16, 4096, 4096, "col", size).for_variant(twin).copies
-    row = b_placement(16, 4096, 4096, "row", size)
+    assert b_placement(m, 4096, 4096, "col", size).for_variant(v).copy_b
+    assert not b_placement(m, 4096, 4096, "col", size).for_variant(twin).copies
+    row = b_placement(m, 4096, 4096, "row", size)
     assert placement_rules.b_layout(gpu, key, decision, row, ()) is decision
 
 

@@ -38,6 +38,7 @@ from .base import CUDA_TYPES, Family, Param
 SWIZZLE_BYTES = 128  # one swizzle row: the width of every TMA box
 ROWS = 16  # one m16 tile: mma.sync's rows; wgmma's swapped product takes WGMMA_ROWS
 WGMMA_ROWS = (16, 32, 64, 128)
+SIMT_FEWER_ROWS = 8  # exact float32 (CUDA cores) also takes 8 rows: half the FMAs and A's loads of 16
 MAX_WGMMA_ACCUMULATORS = 128  # fp32 registers a consumer thread holds with MMA = 1
 
 
@@ -64,6 +65,7 @@ def wgmma_accumulators(rows: int, bn: int, warps: int) -> int:
 
 
 def _rules(p, dtype, acc):
+    simt = dtype == "float32" and acc == "float32"  # exact fp32 on CUDA cores
     for name in ("BN", "BK"):
         if p[name] % box(dtype):
             yield ConfigError(name, p[name], f"a multiple of one {SWIZZLE_BYTES}-byte swizzle row ({box(dtype)} "
@@ -71,12 +73,13 @@ def _rules(p, dtype, acc):
     if p["MMA"] and (dtype == "float32" or p["WARPS"] % 4):
         yield ConfigError("MMA", p["MMA"], "0 here: MMA = 1 (wgmma) takes float16 or bfloat16 and warpgroups: "
                           "WARPS a multiple of 4")
-    elif not p["MMA"] and p["ROWS"] != ROWS:
-        yield ConfigError("ROWS", p["ROWS"], f"{ROWS} with MMA = 0 (one m16 tile); more rows need MMA = 1 (wgmma)")
+    elif not p["MMA"] and p["ROWS"] != ROWS and not (p["ROWS"] == SIMT_FEWER_ROWS and simt):
+        yield ConfigError("ROWS", p["ROWS"], f"{ROWS} with MMA = 0 (one m16 tile; exact float32 also "
+                          f"{SIMT_FEWER_ROWS}); more rows need MMA = 1 (wgmma)")
     elif p["MMA"] and (held := wgmma_accumulators(p["ROWS"], p["BN"], p["WARPS"])) > MAX_WGMMA_ACCUMULATORS:
         yield ConfigError("WARPS", p["WARPS"], f"more warpgroups: {p['ROWS']} rows of {p['BN']} columns take "
                           f"{held} fp32 registers a thread, at most {MAX_WGMMA_ACCUMULATORS}")
-    if dtype == "float32" and acc == "float32":  # CUDA cores: groups of 4 columns by slices of K
+    if simt:  # CUDA cores: groups of 4 columns by slices of K
         threads, groups = 32 * p["WARPS"], p["BN"] // 4
         if threads % groups:
             yield ConfigError("BN", p["BN"], f"BN / 4 must divide the consumer threads ({threads}): on CUDA "
@@ -84,7 +87,7 @@ def _rules(p, dtype, acc):
         elif p["BK"] % (4 * (threads // groups)):
             yield ConfigError("BK", p["BK"], f"a multiple of 4 times the k-slices ({threads // groups}: the "
                               "consumer threads over BN / 4)")
-        elif 4 * (threads // groups) * ROWS * p["BN"] > p["STAGES"] * _stage_bytes(p, dtype):
+        elif 4 * (threads // groups) * p["ROWS"] * p["BN"] > p["STAGES"] * _stage_bytes(p, dtype):
             yield ConfigError("STAGES", p["STAGES"], "enough stages for the k-slice sums, which reuse the ring")
         return
     per_warp = 8 if acc == "tf32" else 16  # tf32: n8 tiles; 16-bit: pairs of them
@@ -115,7 +118,7 @@ DECODE = Family(
         "summed in distributed shared memory",
     params=(
         Param("ROWS", ROWS, "the most rows of C the kernel serves: one m16 tile, or with MMA = 1 wgmma's N "
-              "(32, 64 and 128 too)", choices=WGMMA_ROWS),
+              "(32, 64 and 128 too; exact float32 8)", choices=(SIMT_FEWER_ROWS, *WGMMA_ROWS)),
         Param("BN", 64, "columns of C per cluster", lo=32, hi=512),
         Param("BK", 64, "depth of one pipeline stage", choices=(64, 128)),
         Param("STAGES", 8, "shared-memory pipeline stages", lo=2, hi=16),
