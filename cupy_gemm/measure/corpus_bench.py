@@ -5,7 +5,8 @@ Per precision and shape: GPU time per call of each (corpus_timing: events around
 rotated through more than twice the L2 cache; the three share the same device memory, torch through
 DLPack), TFLOPS, ratios, the share of the copy bandwidth measured at the start of the run, and every
 output checked against the float64 reference. Memory-bound shapes also time their traffic floor (A and B
-read, C written by a plain kernel: measure/traffic_floor.py), the least time those bytes take in one launch. Per precision: host cost per call on small squares.
+read, C written by a plain kernel: measure/traffic_floor.py), the least time those bytes take in one launch.
+Per precision: host cost per call on small squares.
 Precisions: float16 and bfloat16 (fp32 accumulation), float32 (exact, CUDA cores, for all three) and
 tf32 (float32 inputs on TF32 tensor cores for all three).
 

@@ -1,9 +1,8 @@
 """Markdown tables of the corpus benchmark for docs/PERFORMANCE.md: per precision a row per shape (the
 variant the default picked, GPU µs per call of ours, cupy.matmul and torch.matmul, our TFLOPS, the two
 ratios, our share of the copy bandwidth where the shape is memory-bound and of its traffic floor's speed)
-closed by the geometric mean and
-the minimum of each ratio; then the host cost per call, and for a run over candidate variants the
-fastest of each shape."""
+closed by the geometric mean and the minimum of each ratio; then the host cost per call, and for a run over
+candidate variants the fastest of each shape."""
 from __future__ import annotations
 
 from ..measure import corpus_records as records_
