@@ -70,7 +70,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         folded = _fold(a3, b3, full, plan, epilogue)
         if folded is not None:
             _run_folded(folded, alpha, beta, variant, decide, precision, epilogue, values, deterministic)
-            _remember(_entries, key, ("fold", plan))
+            _remember(key, ("fold", plan))
             return out
         if 0 in (plan.count, plan.m, plan.n) or plan.k == 0:
             if variant is not None:  # an unknown or unfit variant is still an error
@@ -80,7 +80,7 @@ def call(a, b, c, out, alpha, beta, variant, decide, precision=None, epilogue=No
         needs = ("batched",) + (("epilogue",) if epilogue is not None else ()) + (("convert",) if converts else ())
         chosen = _choose(variant, decide, plan, a.dtype, device, precision, needs, converts, (a3, b3, full))
         ran = _run(chosen, a3, b3, full, plan, alpha, beta, device, epilogue, values, converts, deterministic)
-        _remember(_entries, key, ("launch", plan, *ran, OrderedDict()))
+        _remember(key, ("launch", plan, *ran, OrderedDict()))
     return out
 
 
@@ -88,11 +88,11 @@ ENTRIES = 256  # call geometries kept (least recently used dropped)
 _entries: OrderedDict = OrderedDict()
 
 
-def _remember(cache: OrderedDict, key, entry) -> None:
+def _remember(key, entry) -> None:
     if key is None:
         return
     with prepared._lock:
-        prepared.keep(cache, key, entry, ENTRIES)
+        prepared.keep(_entries, key, entry, ENTRIES)
 
 
 def _again(known, a, b, c, out, alpha, beta, variant, decide, precision, epilogue, values, out_dtype, deterministic):
