@@ -41,7 +41,8 @@ class LaunchConfig:
 def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None = None,
                   registers: int | None = None, batch: int = 1, clusters: int | None = None,
                   memory_bytes_per_ns: float | None = None) -> LaunchConfig:
-    """registers: per thread, from the compiled kernel, for the split-K policy's occupancy (else assumed).
+    """registers: per thread, from the compiled kernel, for the split-K policy's occupancy and a stream-K grid of
+    blocks that are not persistent (else assumed).
     batch: members of a batched launch (a variant rendered with batched=True); their tiles fill the GPU
     together, and the split-K workspace holds a counter and partials for every member's tiles.
     clusters: of a family with clusters, how many the GPU runs at once (driver.max_active_clusters; else
@@ -60,7 +61,7 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
                          f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
     cluster, split_tiles, stream_k_mode = fam.cluster(p), tiles, fam.stream_k(p)
     if stream_k_mode:  # the grid, the splits and the shared tiles of one partition (cupy_gemm/stream_k.py)
-        k_blocks, slots = max(1, -(-k // fam.k_block(p))), fam.persistent * (sm_count or 1)
+        k_blocks, slots = max(1, -(-k // fam.k_block(p))), resident_blocks(variant, registers) * (sm_count or 1)
         blocks, splits, split_tiles = stream_k.launch(tiles, k_blocks, slots, stream_k_mode)
     else:
         splits = k_splits(variant, m, n, k, tiles, sm_count, registers, memory_bytes_per_ns)

@@ -66,7 +66,8 @@ def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: i
     bk = fam.k_block(p)
     k_blocks = max(1, -(-k // bk))
     if fam.stream_k(p):  # as many splits as the most blocks sharing a tile (cupy_gemm/stream_k.py)
-        return stream_k.launch(tiles, k_blocks, fam.persistent * (sm_count or 1), fam.stream_k(p))[1], None
+        return stream_k.launch(tiles, k_blocks, resident_blocks(variant, registers) * (sm_count or 1),
+                               fam.stream_k(p))[1], None
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks)), None

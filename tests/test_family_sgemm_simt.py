@@ -42,8 +42,10 @@ def test_seed_shapes(name, tile, threads, bk):
 def test_names_match_flags():
     for full_name, v in VARIANTS.items():
         p = v.params
-        assert (p["SPLIT_K"] != 1) == full_name.endswith("_splitk"), full_name
-        name = full_name.removesuffix("_splitk")
+        assert (p["STREAM_K"] == 1) == full_name.endswith("_streamk") and p["STREAM_K"] in (0, 1), full_name
+        name = full_name.removesuffix("_streamk")
+        assert (p["SPLIT_K"] != 1 and not p["STREAM_K"]) == name.endswith("_splitk"), full_name
+        name = name.removesuffix("_splitk")
         assert (p["FEW_ROWS"] == 32) == name.endswith("_rows32") and p["FEW_ROWS"] in (0, 32), full_name
         name = name.removesuffix("_rows32")
         assert p["UNALIGNED"] == name.endswith("_unaligned"), full_name
@@ -101,6 +103,27 @@ def test_constraint_errors(params, param, words):
 def test_template_refuses_what_the_rules_refuse(params, param, words, tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
     check_template_refuses(FAMILY, "float32", "float32", params, words)
+
+
+def test_stream_k_walks_its_units_on_the_blocks_the_sms_hold(tmp_path, monkeypatch):
+    """STREAM_K: as many blocks as the SMs hold (ptxas's registers decide: two 128-thread blocks of the 16×8
+    tile an SM), whole tiles first, then equal shares of the last one to two waves' K slices; splits = the
+    most blocks sharing a tile, and the workspace holds the shared tiles' counters and partials alone."""
+    from cupy_gemm import launch, stream_k
+    v = VARIANTS["sgemm_t_16x8_sliced_k8_f32x4_bcf_dbuf_offset_snake_swizzle_streamk"]
+    assert FAMILY.stream_k(v.params) and FAMILY.takes_split_k_args(v.params)
+    cfg = launch.launch_config(v, 4096, 4096, 4096, 132, registers=254)  # 1024 tiles: 528 whole, 496 shared
+    assert (cfg.tiles, cfg.grid, cfg.split_tiles) == (1024, (264, 1, 1), 496)
+    assert cfg.splits == stream_k.most_splits(1024, 512, 264, 1) > 1
+    assert cfg.workspace == launch.split_k_workspace(496, cfg.splits, 128 * 128)
+    assert launch.launch_config(v, 4096, 4096, 4096, 132, registers=128).grid == (528, 1, 1)  # four an SM
+    assert launch.launch_config(v, 1, 1, 1, 132, registers=254).grid == (1, 1, 1)  # one K slice: one block
+    source = render(v)
+    assert "constexpr int STREAM_K = 1;" in source and "stream_k_unit(sk, i)" in source
+    with pytest.raises(ConfigError, match="0 with STREAM_K = 1"):
+        make_variant(FAMILY, "bad", "float32", {**v.params, "SPLIT_K": 2})
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    check_template_refuses(FAMILY, "float32", "float32", {**v.params, "SPLIT_K": 2}, "STREAM_K needs SPLIT_K = 0")
 
 
 def test_flags_are_checked_like_every_parameter():

@@ -67,6 +67,23 @@ def split_k_param(default: int = 0) -> Param:
                  "0 = chosen per shape to fill the GPU", lo=0, hi=64)
 
 
+def stream_k_param() -> Param:
+    return Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh), the shared tiles summed as split-K sums "
+                 "them; needs SPLIT_K = 0. 1: every block an equal share of the last one to two waves' K blocks; "
+                 "2: whole waves, then each tile of the last one cut into equal shares along K", choices=(0, 1, 2))
+
+
+def stream_k_rule(p, dtype, acc):
+    """STREAM_K's needs, of the parameters the family has (wgmma_tf32_swap has no clusters or ping-pong, sgemm_simt
+    only SPLIT_K)."""
+    if not p["STREAM_K"]:
+        return
+    for name, want in (("SPLIT_K", 0), ("CLUSTER", 1), ("KCLUSTER", 1), ("PINGPONG", 0)):
+        if name in p and p[name] != want:
+            yield ConfigError(name, p[name], f"{want} with STREAM_K = {p['STREAM_K']} (the blocks sharing a tile sum it "
+                              "through the split-K workspace; each block walks its own units)")
+
+
 def few_rows_param() -> Param:
     """FEW_ROWS of a general family (its max_rows): an entry that serves only products whose smaller side is
     at most FEW_ROWS, which the API puts in M, so its tile of few rows serves few columns too (A @ x)."""
@@ -138,10 +155,10 @@ class Family:
                 on chip) rather than take vertically adjacent tiles.
     k_block     params -> the K one pipeline stage (and a split's least share) holds: BK where the family
                 has it (1 for those without stages), or the family's constant.
-    stream_k    params -> the stream-K partition a persistent split-K kernel walks (0: none; 1, 2: the
-                modes of templates/common/stream_k.cuh, whole tiles first, then shares of the rest's K
-                blocks); the launcher sizes the grid and the workspace by cupy_gemm/stream_k.py, which
-                mirrors those partitions.
+    stream_k    params -> the stream-K partition a split-K kernel walks on a grid of as many blocks as the
+                SMs hold (0: none; 1, 2: the modes of templates/common/stream_k.cuh, whole tiles first, then
+                shares of the rest's K blocks); the launcher sizes the grid (split_policy.resident_blocks
+                an SM) and the workspace by cupy_gemm/stream_k.py, which mirrors those partitions.
     ragged_n    a row family reading B K-major that takes any N: rows of n past N arrive as zeros (TMA) or
                 repeat row N - 1, and C is stored in groups of at most `align` input elements' bytes that
                 start inside N. N then need not meet `align` (K and the leading dimensions still do): the

@@ -11,6 +11,9 @@ groups; the flags add the seed's steps one by one: A stored transposed, K-major,
 buffer (DBUF) and cp.async copies (ASYNC). MIN_BLOCKS is the __launch_bounds__ minimum, as in the mma family.
 Split-K (SPLIT_K, `split_k`): blockIdx.y is the block's split of K; 1 (the default) compiles it out, 0 lets
 the launcher choose per shape, for the small tiles that serve small and skinny problems.
+STREAM_K (with SPLIT_K = 0, `stream_k`): a grid of as many blocks as the SMs hold, each walking its units of
+templates/common/stream_k.cuh (whole tiles, then a share of the last tiles' K slices), so a last wave of
+few tiles no longer costs a whole one.
 Batched, gemm_kernel runs the body (gemm_member) for each member of blockIdx.z; a member's split-K counters
 and partials follow the previous members' in the workspace. Every store, the last split's included, goes
 through store_c_vec, which applies a fused epilogue when there is one.
@@ -25,7 +28,7 @@ import dataclasses
 
 from ..errors import ConfigError
 from .base import (FILL_RESIDENT, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, few_rows_param,
-                   flag, split_k_param)
+                   flag, split_k_param, stream_k_param, stream_k_rule)
 
 
 def _threads(p) -> int:
@@ -95,6 +98,7 @@ SGEMM_SIMT = Family(
         flag("PAIRS", "interleave warp lanes in pairs that share fragment addresses: float4 shared reads "
                       "in two wavefronts instead of four", default=1),
         split_k_param(1),  # 1: the plain kernel, without the split-K steps
+        stream_k_param(),
         Param("FMA_ORDER", 0, "the thread tile's FMAs each k: 0 row by row; 1 rows, 2 columns in a snake (each "
               "walked back from where the last ended, so every FMA shares an operand with the one before: "
               "ptxas's reuse cache, fewer register-bank conflicts); the same bits", choices=(0, 1, 2)),
@@ -109,11 +113,12 @@ SGEMM_SIMT = Family(
     # float4 loads along K (A; B when K-major) and N (B), float4 stores along N (C); UNALIGNED checks each
     # group instead
     align=lambda p, dtype: 1 if p["UNALIGNED"] else 4,
-    rules=(_rules,),
+    rules=(_rules, stream_k_rule),
     layout="row",
     min_cc=lambda p, dtype, acc: 80 if p["ASYNC"] else 70,
     max_rows=lambda p: p["FEW_ROWS"] or None,
     split_k=True,
+    stream_k=lambda p: p["STREAM_K"],
     atomic_sum=True,
     # the unaligned loads (element by element off a float4 group) wait on their latency: the automatic split
     # fills the blocks an SM holds, in one wave, down to 64 of K a split. H100, 17×4095×1000 (64 tiles):

@@ -57,7 +57,8 @@ import numpy as np
 
 from ..batching import MAX_BATCH_DIMS
 from ..errors import ConfigError, InputError
-from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param
+from .base import (CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, flag, split_k_param,
+                   stream_k_param, stream_k_rule)
 
 SWIZZLE_BYTES = 128  # shared-memory swizzle of every tile: rows of 128 bytes (64 16-bit or 32 fp32 elements)
 C_BOX_ROWS = 64  # the epilogue stages and stores C in boxes of 64 rows (one m64 tile) by one swizzle row
@@ -132,22 +133,6 @@ def _rule_kcluster(p, dtype, acc):
         if value != want:
             yield ConfigError(name, value, f"{want} with KCLUSTER = {p['KCLUSTER']} (a cluster's blocks share one "
                               "tile along K and each stores its share of it from registers)")
-
-
-def stream_k_param() -> Param:
-    return Param("STREAM_K", 0, "stream-K (templates/common/stream_k.cuh), the shared tiles summed as split-K sums "
-                 "them; needs SPLIT_K = 0. 1: every block an equal share of the last one to two waves' K blocks; "
-                 "2: whole waves, then each tile of the last one cut into equal shares along K", choices=(0, 1, 2))
-
-
-def stream_k_rule(p, dtype, acc):
-    """STREAM_K's needs, of the parameters the family has (wgmma_tf32_swap has no clusters or ping-pong)."""
-    if not p["STREAM_K"]:
-        return
-    for name, want in (("SPLIT_K", 0), ("CLUSTER", 1), ("KCLUSTER", 1), ("PINGPONG", 0)):
-        if name in p and p[name] != want:
-            yield ConfigError(name, p[name], f"{want} with STREAM_K = {p['STREAM_K']} (the blocks sharing a tile sum it "
-                              "through the split-K workspace; each block walks its own units)")
 
 
 def _b_share_k(p, dtype: str, b_layout: str | None) -> int:

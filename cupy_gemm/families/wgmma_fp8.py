@@ -28,8 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from .base import CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param
-from .wgmma import A_COPY_ROWS, WARP_SPECIALISED, stream_k_param, stream_k_rule
+from .base import (CUDA_TYPES, RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param,
+                   stream_k_param, stream_k_rule)
+from .wgmma import A_COPY_ROWS, WARP_SPECIALISED
 
 K_BLOCK = 128  # K per stage, per promotion and per scale block: one 128-byte swizzled row of fp8
 SWIZZLE_BYTES = 128

@@ -18,8 +18,8 @@ shared memory.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param
-from .wgmma import WARP_SPECIALISED, make_args, stream_k_param, stream_k_rule
+from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param, stream_k_param, stream_k_rule
+from .wgmma import WARP_SPECIALISED, make_args
 
 FP32_BYTES = 4
 SWIZZLE_ELEMS = 32  # fp32 elements in one 128-byte swizzled row

@@ -178,19 +178,21 @@ __device__ __forceinline__ void split_k_take(At at, float* slot, int t) {
 }
 
 // Split `split` of `splits` of the tile: stores its partial (at, split_k_put's layout), arrives, and in the
-// block that arrives last overall leaves the tile's sum in at and returns true (that block then stores C);
+// block that arrives last overall leaves the tile's sum in `sum` and returns true (that block then stores C);
 // false in every other block. Called by the THREADS_ threads that hold the tile, between barriers of those
 // threads that `sync` supplies (thread t of them); `flag` is a shared int the caller owns. TWO_LEVELS = false:
-// one level whatever the splits, for a kernel whose registers have no room for the second.
-template <int THREADS_, int E, int V, int IN_FLIGHT, bool TWO_LEVELS = true, typename At, typename Sync>
-__device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tiles, int tile, int split, int splits,
-                                                int t, int* flag, Sync sync) {
+// one level whatever the splits, for a kernel whose registers have no room for the second. `sum` may be other
+// registers than `at` (whose values are dead once stored): the caller then stores C from them on a path of its
+// own, and the allocator need not bring the sum back into the accumulators' registers (sgemm_simt).
+template <int THREADS_, int E, int V, int IN_FLIGHT, bool TWO_LEVELS = true, typename At, typename Sum, typename Sync>
+__device__ __forceinline__ bool split_k_combine_into(At at, Sum sum, void* workspace, int tiles, int tile, int split,
+                                                     int splits, int t, int* flag, Sync sync) {
     constexpr int ELEMS = THREADS_ * E * V;
     unsigned* const counters = split_k_counters(workspace);
     if constexpr (SPLIT_K_ATOMIC) {
         split_k_put<THREADS_, E, V, true>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
         if (!split_k_arrive_on(counters + tile, splits, t, flag, sync)) return false;
-        split_k_take<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
+        split_k_take<THREADS_, E, V>(sum, split_k_partial(workspace, tiles, tile, 0, ELEMS), t);
         return true;
     }
     // (the partials' addresses are worked out again after each arrival rather than kept live across it:
@@ -200,20 +202,28 @@ __device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tile
     const int group = split / size, first = group * size;
     if (size == splits) {  // one group: the tile's counter, and the tile's sum
         if (!split_k_arrive_on(counters + tile, splits, t, flag, sync)) return false;
-        split_k_gather<THREADS_, E, V, IN_FLIGHT>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+        split_k_gather<THREADS_, E, V, IN_FLIGHT>(sum, split_k_partial(workspace, tiles, tile, 0, ELEMS),
                                               split_k_stride(tiles, ELEMS), 0, splits, 1, t);
         return true;
     }
     const int in_group = min(size, splits - first);  // the last group may be short
     if (!split_k_arrive_on(counters + tiles + tile * SPLIT_K_MAX_GROUPS + group, in_group, t, flag, sync)) return false;
-    split_k_gather<THREADS_, E, V, IN_FLIGHT>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+    split_k_gather<THREADS_, E, V, IN_FLIGHT>(sum, split_k_partial(workspace, tiles, tile, 0, ELEMS),
                                           split_k_stride(tiles, ELEMS), first, in_group, 1, t);
-    split_k_put<THREADS_, E, V>(at, split_k_partial(workspace, tiles, tile, first, ELEMS), t);  // in its first slot
+    split_k_put<THREADS_, E, V>(sum, split_k_partial(workspace, tiles, tile, first, ELEMS), t);  // in its first slot
     const int groups = (splits + size - 1) / size;
     if (!split_k_arrive_on(counters + tile, groups, t, flag, sync)) return false;
-    split_k_gather<THREADS_, E, V, IN_FLIGHT>(at, split_k_partial(workspace, tiles, tile, 0, ELEMS),
+    split_k_gather<THREADS_, E, V, IN_FLIGHT>(sum, split_k_partial(workspace, tiles, tile, 0, ELEMS),
                                           split_k_stride(tiles, ELEMS), 0, groups, size, t);
     return true;
+}
+
+// The same with the sum left in at (the accumulators), where the caller stores C from them on one path
+template <int THREADS_, int E, int V, int IN_FLIGHT, bool TWO_LEVELS = true, typename At, typename Sync>
+__device__ __forceinline__ bool split_k_combine(At at, void* workspace, int tiles, int tile, int split, int splits,
+                                                int t, int* flag, Sync sync) {
+    return split_k_combine_into<THREADS_, E, V, IN_FLIGHT, TWO_LEVELS>(at, at, workspace, tiles, tile, split, splits, t,
+                                                                        flag, sync);
 }
 
 // The warpgroup kernels' side (templates/wgmma.cu.j2, wgmma_fp8.cu.j2, wgmma_tf32_swap.cu.j2): the THREADS_
