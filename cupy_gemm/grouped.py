@@ -55,7 +55,7 @@ def check_b_layout(b_layout: str) -> bool:
     return b_layout == "nk"
 
 
-def check_sizes(m: int, n: int, k: int, where: str = "") -> None:
+def check_group_sizes(m: int, n: int, k: int, where: str = "") -> None:
     """Sizes the kernels index (32-bit), with N and K whole 16-byte rows."""
     arrange.check_sizes(where, M=m, N=n, K=k)
     for name, size in (("K", k), ("N", n)):
@@ -90,7 +90,7 @@ def check_experts(a, b, offsets, b_layout: str, out) -> tuple[str, int, int, int
     g, n, k = grouping.expert_problems(a.shape, b.shape, k_major, offsets_shape=offsets.shape,
                                        offsets_dtype=np.dtype(offsets.dtype).name)
     check_groups(g)
-    check_sizes(a.shape[0], n, k)
+    check_group_sizes(a.shape[0], n, k)
     check_out(out, (a.shape[0], n), dtype)
     return dtype, g, n, k
 
@@ -111,7 +111,7 @@ def check_masked(a, b, counts, b_layout: str, out) -> tuple[str, int, int, int, 
     if np.dtype(counts.dtype).name != "int32":
         raise DTypeError(f"masked_m must be int32; got {np.dtype(counts.dtype).name}")
     check_groups(g)
-    check_sizes(m_max, n, k)
+    check_group_sizes(m_max, n, k)
     check_out(out, (g, m_max, n), dtype)
     return dtype, g, m_max, n, k
 
@@ -125,7 +125,7 @@ def check_list(as_, bs, b_layout: str, outs) -> tuple[str, list[grouping.Group]]
     dtype = common_dtype(as_ + bs, [f"a[{i}]" for i in range(len(as_))] + [f"b[{i}]" for i in range(len(bs))])
     check_groups(len(groups))
     for i, grp in enumerate(groups):
-        check_sizes(grp.m, grp.n, grp.k, f"group {i}: ")
+        check_group_sizes(grp.m, grp.n, grp.k, f"group {i}: ")
     if outs is not None:
         outs = list(outs)
         if len(outs) != len(groups):

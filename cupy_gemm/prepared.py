@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -54,6 +55,21 @@ def recall(cache: OrderedDict, key):
     return value
 
 
+class Buffer(NamedTuple):
+    """C's buffer of a call's own (a ragged N, a view no kernel can write): made anew each call, copied into out."""
+    geometry: tuple  # (shape, order) of the whole buffer, as operands.output_buffer takes it
+    shape: tuple  # C: its leading view of that shape
+
+
+class Direct(NamedTuple):
+    """What the first run of a geometry resolved, for the calls after it (operands that need no padding)."""
+    run: object  # the prepared launch
+    swapped: bool  # the kernel computes Cᵀ = Bᵀ·Aᵀ
+    buffer: Buffer | None  # None where the kernel writes out itself
+    copies: tuple | None  # None, or the layouts ("row", "col" or None: in place) A and B are copied into, in the
+    # kernel's orientation
+
+
 class Prepared:
     """One call geometry with its variant decided. run() serves any arrays with the geometry's key; the
     first run that pads no operand records the launch, later ones reuse it with the new addresses (copying
@@ -72,11 +88,7 @@ class Prepared:
         self.empty = 0 in (problem.m, problem.n, problem.k)
         self.is_cublas = isinstance(variant, str) and variant == CUBLAS
         self.by_address = not self.is_cublas and variant.family.make_args is not None
-        # (launch, swapped, C's buffer, copies) once a run showed that the operands need no padding: the buffer
-        # None where the kernel writes out itself, else (shape, order, view) of the buffer of its own it writes
-        # (a ragged N, a view no kernel can write), made anew each call and copied into out; copies None, or
-        # the layouts ("row", "col" or None: in place) A and B are copied into, in the kernel's orientation
-        self.direct = None
+        self.direct: Direct | None = None  # once a run showed that the operands need no padding
         self.addresses: OrderedDict = OrderedDict()
 
     def run(self, a, b, c, out, values=None):
@@ -100,8 +112,8 @@ class Prepared:
             return self._resolve_and_run(a, b, out, values)
         known, swapped, buffer, copies = direct
         dest = out.T if swapped else out  # C as the kernel sees it
-        C = dest if buffer is None else operands.output_buffer(_cupy or _cupy_module(), out.dtype, buffer[2],
-                                                               buffer[:2])
+        C = dest if buffer is None else operands.output_buffer(_cupy or _cupy_module(), out.dtype, buffer.shape,
+                                                               buffer.geometry)
         if C is not dest and beta != 0:
             C[...] = dest
         if copies is not None:
@@ -145,10 +157,10 @@ class Prepared:
             dest[...] = src
         arr = ops.arrangement
         if arr.padded is None:  # the same key always resolves the same way
-            buffer = None if ops.c_buffer is None else (*ops.c_buffer, ops.C.shape)
+            buffer = None if ops.c_buffer is None else Buffer(ops.c_buffer, ops.C.shape)
             copies = None if not ops.copied else (fam.layout if arr.copy_a else None,
                                                    (fam.b_layout or fam.layout) if arr.copy_b else None)
-            self.direct = (run, ops.swapped, buffer, copies)
+            self.direct = Direct(run, ops.swapped, buffer, copies)
             if self.by_address:  # keyed as run() looks up: the caller's a and b, or the kernel's copies
                 A, B = (a, b) if copies is None else (ops.A, ops.B)
                 self._remember((A.data.ptr, B.data.ptr, ops.C.data.ptr), run.pack(run.args))

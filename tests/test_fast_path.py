@@ -226,7 +226,7 @@ def test_kept_launches_hold_no_arrays(gpu, monkeypatch, variant):
     for _ in range(2):
         api.matmul(gpu.array((128, 64), dtype), gpu.array((64, 256), dtype), variant=variant)
     (entry,) = prepared._entries.values()
-    kept = [entry.direct[0].args, *entry.addresses.values()]
+    kept = [entry.direct.run.args, *entry.addresses.values()]
     assert not [x for args in kept for x in args if isinstance(x, cupy.ndarray)]
 
 

@@ -111,4 +111,4 @@ def test_copied_operands_are_copied_again_on_every_hit(case):
         ref, scale = verify.reference(a, b)
         assert verify.check(out, ref, scale, "float32", "tf32", k).ok, (case, seed)
     (entry,) = prepared._entries.values()
-    assert entry.direct is not None and entry.direct[3] == (("row" if case == "a_misaligned" else None), "col")
+    assert entry.direct is not None and entry.direct.copies == (("row" if case == "a_misaligned" else None), "col")

@@ -54,7 +54,7 @@ def test_atomic_twin_is_what_runs(splits):
     for deterministic in (False, True):
         p = api.plan(a, b, variant=v, deterministic=deterministic)
         p()
-        run = p._prepared.direct[0]
+        run = p._prepared.direct.run
         assert run.config.splits == splits
         assert run.variant.split_atomic is (not deterministic and splits >= workspace.ATOMIC_MIN_SPLITS)
 
