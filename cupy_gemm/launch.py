@@ -6,11 +6,12 @@ from functools import cached_property
 
 import numpy as np
 
-from . import config, devices, driver, stream_k, toolkit
+from . import config, devices, driver, toolkit
 from .compile import Compiled, arch_for, compile_source, compile_variant, evict, image_file
 from .errors import ConfigError, InputError, ModuleLoadError
 from .registry import Variant
-from .split_policy import MAX_SPLITS, MIN_K_PER_SPLIT, k_splits, resident_blocks  # noqa: F401  (launch.*)
+from .split_policy import (MAX_SPLITS, MIN_K_PER_SPLIT, k_splits, resident_blocks,  # noqa: F401  (launch.*)
+                           stream_k_partition)
 from .render import KERNEL_NAME
 from .workspace import atomic_sum, for_launch, split_k_counter_bytes, split_k_workspace, workspace  # noqa: F401
 
@@ -60,9 +61,8 @@ def launch_config(variant: Variant, m: int, n: int, k: int, sm_count: int | None
         raise InputError(f"{m}×{n}{f' × {batch} members' if batch > 1 else ''} needs {tiles} tiles of "
                          f"{bm}×{bn}, more than a grid can hold ({MAX_GRID_X}); use a variant with a larger tile")
     cluster, split_tiles, stream_k_mode = fam.cluster(p), tiles, fam.stream_k(p)
-    if stream_k_mode:  # the grid, the splits and the shared tiles of one partition (cupy_gemm/stream_k.py)
-        k_blocks, slots = max(1, -(-k // fam.k_block(p))), resident_blocks(variant, registers) * (sm_count or 1)
-        blocks, splits, split_tiles = stream_k.launch(tiles, k_blocks, slots, stream_k_mode)
+    if stream_k_mode:  # the grid, the splits and the shared tiles of one partition
+        blocks, splits, split_tiles = stream_k_partition(variant, k, tiles, sm_count, registers)
     else:
         splits = k_splits(variant, m, n, k, tiles, sm_count, registers, memory_bytes_per_ns)
     grid = (member_tiles, splits, min(batch, MAX_GRID_Z))

@@ -34,6 +34,15 @@ def resident_blocks(variant: Variant, registers: int | None = None) -> int:
     return max(1, min(SM_THREADS // threads, SM_SMEM // smem, by_registers, 32))
 
 
+def stream_k_partition(variant: Variant, k: int, tiles: int, sm_count: int | None,
+                       registers: int | None = None) -> tuple[int, int, int]:
+    """A stream-K variant's (blocks, splits, shared tiles) for `tiles` C tiles over K (cupy_gemm/stream_k.py): a
+    grid of as many blocks as the SMs hold (resident_blocks each)."""
+    fam, p = variant.family, variant.params
+    k_blocks = max(1, -(-k // fam.k_block(p)))
+    return stream_k.launch(tiles, k_blocks, resident_blocks(variant, registers) * (sm_count or 1), fam.stream_k(p))
+
+
 def min_k_per_split(variant: Variant) -> int:
     """The least K one split sums: the family's own least for these parameters, else MIN_K_PER_SPLIT."""
     fam = variant.family
@@ -63,11 +72,10 @@ def split_plan(variant: Variant, m: int, n: int, k: int, tiles: int, sm_count: i
     fam, p = variant.family, variant.params
     if not fam.takes_split_k_args(p):
         return 1, None
+    if fam.stream_k(p):  # as many splits as the most blocks sharing a tile
+        return stream_k_partition(variant, k, tiles, sm_count, registers)[1], None
     bk = fam.k_block(p)
     k_blocks = max(1, -(-k // bk))
-    if fam.stream_k(p):  # as many splits as the most blocks sharing a tile (cupy_gemm/stream_k.py)
-        return stream_k.launch(tiles, k_blocks, resident_blocks(variant, registers) * (sm_count or 1),
-                               fam.stream_k(p))[1], None
     requested = p.get("SPLIT_K", 0)
     if requested:
         return max(1, min(requested, k_blocks)), None

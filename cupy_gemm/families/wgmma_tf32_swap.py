@@ -18,7 +18,8 @@ shared memory.
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param, stream_k_param, stream_k_rule
+from .base import (RENAMED_BLOCK_SWIZZLE, Family, Param, block_swizzle_param, split_k_param, stream_k_param,
+                   stream_k_rule)
 from .wgmma import WARP_SPECIALISED, make_args
 
 FP32_BYTES = 4
