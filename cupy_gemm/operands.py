@@ -209,7 +209,7 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
             copy_back = (out, C)
     else:  # zero-padded copies (a repeated call must pad again); C too unless only K is padded
         mp, kp, np_ = arr.padded
-        A, B = _padded(cupy, a, (mp, kp), orders[0]), _padded(cupy, b, (kp, np_), orders[1])
+        A, B = zero_padded(cupy, a, (mp, kp), orders[0]), zero_padded(cupy, b, (kp, np_), orders[1])
         if arr.temp_c:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
             c_buffer = _buffer_geometry((mp, np_), layout, out_align)
             C = output_buffer(cupy, out.dtype, (mp, np_), c_buffer)
@@ -247,7 +247,7 @@ def laid_out(cupy, x, layout):
     return y.copy(order=order) if y.data.ptr == x.data.ptr else y
 
 
-def _padded(cupy, x, shape, layout):
+def zero_padded(cupy, x, shape, layout):
     """x in a buffer of `shape` whose extra rows and columns are zero."""
     buf = cupy.empty(shape, dtype=x.dtype, order="C" if layout == "row" else "F")
     rows, cols = x.shape

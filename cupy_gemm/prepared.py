@@ -11,8 +11,8 @@ scalar arguments. What looks at addresses runs on every call: the overlap checks
 Hopper families, which embed the addresses (so their entry keeps an LRU of argument tuples by address, and
 rotating weights still hit). A hit costs the key, a dictionary lookup, the output allocation and the launch;
 where the kernel writes a C of its own (a ragged N, an output view no kernel can write), also that buffer
-and the copy into out; where A or B is copied into the kernel's layout, also that copy. A call whose
-operands are zero-padded resolves again each time.
+and the copy into out; where A or B is copied into the kernel's layout, or zero-padded to its alignment, also
+those copies (of the same shapes each time, so the kept launch serves them).
 """
 from __future__ import annotations
 
@@ -62,18 +62,20 @@ class Buffer(NamedTuple):
 
 
 class Direct(NamedTuple):
-    """What the first run of a geometry resolved, for the calls after it (operands that need no padding)."""
+    """What the first run of a geometry resolved, for the calls after it."""
     run: object  # the prepared launch
     swapped: bool  # the kernel computes Cᵀ = Bᵀ·Aᵀ
     buffer: Buffer | None  # None where the kernel writes out itself
     copies: tuple | None  # None, or the layouts ("row", "col" or None: in place) A and B are copied into, in the
     # kernel's orientation
+    padded: tuple | None = None  # (M, K, N) of the zero-padded problem both copies fill, or None; C is then the
+    # buffer's leading view where the kernel writes one (the padded rows and columns are dropped)
 
 
 class Prepared:
     """One call geometry with its variant decided. run() serves any arrays with the geometry's key; the
-    first run that pads no operand records the launch, later ones reuse it with the new addresses (copying
-    an operand into the kernel's layout again where the first run did)."""
+    first run records the launch, later ones reuse it with the new addresses (copying or zero-padding an
+    operand into the kernel's layout again where the first run did)."""
 
     def __init__(self, variant, problem: operands.Problem, device, alpha: float, beta: float, c_given: bool,
                  epilogue=None, deterministic: bool = True):
@@ -88,7 +90,7 @@ class Prepared:
         self.empty = 0 in (problem.m, problem.n, problem.k)
         self.is_cublas = isinstance(variant, str) and variant == CUBLAS
         self.by_address = not self.is_cublas and variant.family.make_args is not None
-        self.direct: Direct | None = None  # once a run showed that the operands need no padding
+        self.direct: Direct | None = None  # after the first run
         self.addresses: OrderedDict = OrderedDict()
 
     def run(self, a, b, c, out, values=None):
@@ -110,20 +112,21 @@ class Prepared:
         direct = self.direct
         if direct is None:
             return self._resolve_and_run(a, b, out, values)
-        known, swapped, buffer, copies = direct
+        known, swapped, buffer, copies, padded = direct
         dest = out.T if swapped else out  # C as the kernel sees it
         C = dest if buffer is None else operands.output_buffer(_cupy or _cupy_module(), out.dtype, buffer.shape,
                                                                buffer.geometry)
+        view = C if padded is None or C is dest else C[:dest.shape[0], :dest.shape[1]]  # what out receives
         if C is not dest and beta != 0:
-            C[...] = dest
+            view[...] = dest
         if copies is not None:
-            A, B = _laid_out(a, b, swapped, copies)
+            A, B = _laid_out(a, b, swapped, copies, padded)
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
             if copies is None:
                 A, B = (b, a) if swapped else (a, b)
             if self.epilogue is None:
                 known.launch_pointers(A, B, C)
-                return _copied_back(out, dest, C)
+                return _copied_back(out, dest, view)
             args = (A, B, C) + known.args[launch.POINTER_SLOTS:]
         else:
             x, y = (a, b) if copies is None else (A, B)  # the caller's operands (views made only on a miss)
@@ -135,7 +138,7 @@ class Prepared:
         if self.epilogue is not None:
             args = known.with_epilogue(self.epilogue.pack(values, self.m, self.n), args)
         known.launch(args)
-        return _copied_back(out, dest, C)
+        return _copied_back(out, dest, view)
 
     def _resolve_and_run(self, a, b, out, values=None):
         v = self.variant
@@ -155,15 +158,15 @@ class Prepared:
         if ops.copy_back is not None:
             dest, src = ops.copy_back
             dest[...] = src
+        # the same key always resolves the same way
         arr = ops.arrangement
-        if arr.padded is None:  # the same key always resolves the same way
-            buffer = None if ops.c_buffer is None else Buffer(ops.c_buffer, ops.C.shape)
-            copies = None if not ops.copied else (fam.layout if arr.copy_a else None,
-                                                   (fam.b_layout or fam.layout) if arr.copy_b else None)
-            self.direct = Direct(run, ops.swapped, buffer, copies)
-            if self.by_address:  # keyed as run() looks up: the caller's a and b, or the kernel's copies
-                A, B = (a, b) if copies is None else (ops.A, ops.B)
-                self._remember((A.data.ptr, B.data.ptr, ops.C.data.ptr), run.pack(run.args))
+        buffer = None if ops.c_buffer is None else Buffer(ops.c_buffer, ops.C.shape)
+        copies = None if not ops.copied else (fam.layout if arr.copy_a else None,
+                                               (fam.b_layout or fam.layout) if arr.copy_b else None)
+        self.direct = Direct(run, ops.swapped, buffer, copies, arr.padded)
+        if self.by_address:  # keyed as run() looks up: the caller's a and b, or the kernel's copies
+            A, B = (a, b) if copies is None else (ops.A, ops.B)
+            self._remember((A.data.ptr, B.data.ptr, ops.C.data.ptr), run.pack(run.args))
         return out
 
     def _remember(self, where, args):
@@ -262,10 +265,15 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_
             out_dtype, deterministic)
 
 
-def _laid_out(a, b, swapped, copies):
-    """The kernel's A and B (b.T and a.T when swapped), each copied into its layout where `copies` names one."""
+def _laid_out(a, b, swapped, copies, padded=None):
+    """The kernel's A and B (b.T and a.T when swapped), each copied into its layout where `copies` names one,
+    both zero-padded to `padded`'s (M, K, N) where that is given."""
     cupy = _cupy or _cupy_module()
     pair = (b.T, a.T) if swapped else (a, b)
+    if padded is not None:
+        m, k, n = padded
+        return tuple(operands.zero_padded(cupy, x, shape, layout) for x, shape, layout in
+                     zip(pair, ((m, k), (k, n)), copies))
     return tuple(x if layout is None else operands.laid_out(cupy, x, layout) for x, layout in zip(pair, copies))
 
 

@@ -41,7 +41,7 @@ def breakdown(a, b, calls: int) -> str:
     cupy_gemm.matmul(a, b)
     key = prepared._key(a, b, None, None, 1.0, 0.0, None)
     entry = prepared._entries[key]
-    known, swapped = entry.direct
+    known, swapped = entry.direct.run, entry.direct.swapped
     out = cupy_gemm.matmul(a, b)
     args = known.rebind(*((b.T, a.T, out.T) if swapped else (a, b, out)))
     launch_only = lambda: known.launch(args)  # noqa: E731

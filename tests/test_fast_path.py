@@ -12,7 +12,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cupy_gemm import api, dispatch, prepared, registry  # noqa: E402
+from cupy_gemm import api, dispatch, operands, prepared, registry  # noqa: E402
 from cupy_gemm.errors import DTypeError, InputError  # noqa: E402
 from cupy_gemm import launch  # noqa: E402
 from fake_gpu import gpu  # noqa: E402,F401  (the fixture)
@@ -135,6 +135,32 @@ def test_tensor_map_families_reuse_arguments_by_address(gpu):
         _, _, args, _ = gpu.last_launch(TMA_KERNEL)
         assert (args[1][1], args[2][1]) == (w.data.ptr, out.data.ptr)
     assert (gpu.encodings, gpu.resolutions, gpu.decisions) == (encodings, resolutions, 1)
+
+
+@pytest.mark.parametrize("variant", ["hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32", TMA_KERNEL])
+def test_zero_padded_operands_keep_their_launch(gpu, monkeypatch, variant):
+    """K = 30 misses the 8-element alignment of these kernels: every call zero-pads A and B to K = 32 again
+    (fakes here: copies need a GPU) and launches the kept launch on the new copies; nothing is resolved again."""
+    pads = []
+
+    def zero_padded(cupy_module, x, shape, layout):
+        assert layout == "row"
+        pads.append(gpu.array(shape, x.dtype))
+        return pads[-1]
+    monkeypatch.setattr(operands, "zero_padded", zero_padded)
+    for i in range(3):
+        a, b = gpu.array((64, 30), "float16"), gpu.array((30, 48), "float16")
+        out = api.matmul(a, b, variant=variant)
+        assert [x.shape for x in pads[-2:]] == [(64, 32), (32, 48)]
+        _, _, args, _ = gpu.last_launch(variant)
+        if variant == TMA_KERNEL:
+            assert (args[0][1], args[1][1], args[3].data.ptr) == (pads[-2].data.ptr, pads[-1].data.ptr, out.data.ptr)
+            assert [int(x) for x in args[4:7]] == [64, 48, 32]
+        else:
+            assert addresses(args) == [pads[-2].data.ptr, pads[-1].data.ptr, out.data.ptr]
+            assert [int(x) for x in args[3:6]] == [64, 48, 32]
+    assert len(pads) == 6 and gpu.decisions == 1 and gpu.resolutions == 1
+    assert len(gpu.kernels[variant].launches) == 3
 
 
 def test_plan_reuses_its_launch(gpu):

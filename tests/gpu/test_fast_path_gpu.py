@@ -112,3 +112,29 @@ def test_copied_operands_are_copied_again_on_every_hit(case):
         assert verify.check(out, ref, scale, "float32", "tf32", k).ok, (case, seed)
     (entry,) = prepared._entries.values()
     assert entry.direct is not None and entry.direct.copies == (("row" if case == "a_misaligned" else None), "col")
+
+
+@pytest.mark.parametrize("name", ["sgemm_wgmma_m64n256k8_tf32_stages3_ws2",
+                                  "hgemm_mma_m16n8k16_mma2x4_warp4x4x2_stages3_swizzle_acc32"])
+@pytest.mark.parametrize("beta", [0.0, -0.5])
+def test_zero_padded_operands_are_padded_again_on_every_hit(name, beta):
+    """K and N off the kernel's alignment: A and B are zero-padded, the kernel writes a padded C of its own,
+    whose leading view reaches out (and, with beta != 0, first holds out's C). The launch is kept; every
+    later call pads anew, each result its own product with every element written."""
+    v = registry.lookup(name)
+    if not v.runs_on(compute_capability(cupy.cuda.Device())):
+        pytest.skip(f"{name} does not run on this GPU")
+    prepared.clear()
+    dtype = v.dtype
+    m, n, k = 300, 522, 267  # K and N odd: a multiple of no kernel's alignment
+    for seed in range(4):
+        a = verify.random_operand((m, k), dtype, 10 * seed)
+        b = verify.random_operand((k, n), dtype, 10 * seed + 1)
+        c = verify.random_operand((m, n), dtype, 10 * seed + 2)
+        out = c.copy() if beta else _poisoned((m, n), dtype)
+        assert cupy_gemm.gemm(a, b, c if beta else None, alpha=1.5, beta=beta, variant=name, out=out) is out
+        ref, scale = verify.reference(a, b, c if beta else None, 1.5, beta)
+        assert verify.check(out, ref, scale, dtype, v.acc, k).ok, (name, beta, seed)
+    (entry,) = prepared._entries.values()
+    align = v.family.align(v.params, dtype)
+    assert entry.direct is not None and entry.direct.padded == (m, -(-k // align) * align, -(-n // align) * align)
