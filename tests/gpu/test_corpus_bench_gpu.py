@@ -138,10 +138,12 @@ def test_a_slow_first_use_of_each_set_is_not_timed():
     def call(i):
         if i not in seen:  # each set's first use
             seen.add(i)
-            time.sleep(0.003)
+            time.sleep(0.05)
         timing.spin(device, 10e-6)  # a 10 µs kernel
 
     rotation = corpus_timing.Rotation([lambda i=i: call(i) for i in range(16)])
     result = corpus_timing.time_rounds({"ours": rotation}, repeats=3, warmup_ms=1.0)["ours"]
-    assert result["calls"] == 64  # the cap: per call about 10 µs, not the 3 ms of a first use
-    assert 9.0 < 1e3 * np.median(result["times_ms"]) < 20.0
+    assert result["calls"] == 64  # the cap: per call about 10 µs, not the 50 ms of a first use
+    # one first use inside a round of 64 calls would add 50 ms / 64 = 780 µs a call; the bound leaves room for a
+    # GPU that other processes share (the suite's shards), which stretches the 10 µs spin
+    assert 9.0 < 1e3 * np.median(result["times_ms"]) < 200.0
