@@ -68,7 +68,7 @@ class Direct(NamedTuple):
     buffer: Buffer | None  # None where the kernel writes out itself
     copies: tuple | None  # None, or the layouts ("row", "col" or None: in place) A and B are copied into, in the
     # kernel's orientation
-    padded: tuple | None = None  # (M, K, N) of the zero-padded problem both copies fill, or None; C is then the
+    padded: tuple | None  # (M, K, N) of the zero-padded problem both copies fill, or None; C is then the
     # buffer's leading view where the kernel writes one (the padded rows and columns are dropped)
 
 

@@ -1,10 +1,12 @@
 """Per-call wall time of cupy_gemm.matmul against cupy.matmul: a loop of calls, one synchronisation.
 
     PYTHONPATH=. python examples/host_overhead.py [--calls 2000] [--shapes 64,256,1024] [--dtypes float16,float32]
+        [--variant NAME]
 
-For each dtype and square size it prints the wall time per call of cupy.matmul, of cupy_gemm.matmul with
-the default (variant=None) and with that default named as a fixed variant, and their ratios to
-cupy.matmul (<= 1.00 is the target). `queued` is the time until the loop has queued every call, before
+For each dtype and shape (a square's size, or MxNxK) it prints the wall time per call of cupy.matmul, of
+cupy_gemm.matmul with the default (variant=None) and with a fixed variant (--variant, else the default's
+pick named), and their ratios to cupy.matmul (<= 1.00 is the target). A fixed variant whose alignment the
+shape misses (K = 250 for an 8-element rule) times the calls that zero-pad A and B. `queued` is the time until the loop has queued every call, before
 the synchronisation: the host's own cost while the GPU keeps up. `miss` is one call whose prepared launch
 is not cached (the first call of a new shape; the compiled kernel is cached). Best of three loops.
 --breakdown adds, per row, what a cached call is made of: the key, the output allocation, the launch
@@ -76,26 +78,28 @@ def miss_us(a, b, calls: int = 50) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--shapes", default="64,256,1024", help="comma-separated square sizes")
+    parser.add_argument("--shapes", default="64,256,1024", help="comma-separated square sizes or MxNxK")
+    parser.add_argument("--variant", help="the fixed variant (default: the one variant=None picks)")
     parser.add_argument("--dtypes", default="float16,float32")
     parser.add_argument("--breakdown", action="store_true", help="time the parts of a cached call too")
     args = parser.parse_args()
     device = cupy.cuda.Device()
     gpu = dispatch.gpu_of(device.id)
     print(f"{gpu.name} (sm_{gpu.cc}), CuPy {cupy.__version__}, {args.calls} calls per loop, best of 3; µs per call")
-    print(f"{'dtype':8s} {'size':>5s} {'cupy':>8s} {'default':>8s} {'ratio':>6s} {'queued':>7s} "
+    print(f"{'dtype':8s} {'shape':>14s} {'cupy':>8s} {'default':>8s} {'ratio':>6s} {'queued':>7s} "
           f"{'fixed':>8s} {'ratio':>6s} {'miss':>7s}  variant")
     for dtype in args.dtypes.split(","):
-        for size in (int(s) for s in args.shapes.split(",")):
-            a, b = verify.random_operand((size, size), dtype, 1), verify.random_operand((size, size), dtype, 2)
-            name = dispatch.choose(gpu, dispatch.dtype_key(dtype), size, size, size).variant
+        for shape in args.shapes.split(","):
+            m, n, k = (int(x) for x in (shape.split("x") if "x" in shape else (shape,) * 3))
+            a, b = verify.random_operand((m, k), dtype, 1), verify.random_operand((k, n), dtype, 2)
+            name = args.variant or dispatch.choose(gpu, dispatch.dtype_key(dtype), m, n, k).variant
             for fn in (lambda: cupy.matmul(a, b), lambda: cupy_gemm.matmul(a, b),
                        lambda: cupy_gemm.matmul(a, b, variant=name)):
                 fn()  # compile, load and fill the caches before timing
             base, _ = per_call_us(lambda: cupy.matmul(a, b), args.calls)
             default, queued = per_call_us(lambda: cupy_gemm.matmul(a, b), args.calls)
             fixed, _ = per_call_us(lambda: cupy_gemm.matmul(a, b, variant=name), args.calls)
-            print(f"{dtype:8s} {size:5d} {base:8.1f} {default:8.1f} {default / base:6.2f} {queued:7.1f} "
+            print(f"{dtype:8s} {m:>4d}x{n:>4d}x{k:>4d} {base:8.1f} {default:8.1f} {default / base:6.2f} {queued:7.1f} "
                   f"{fixed:8.1f} {fixed / base:6.2f} {miss_us(a, b):7.1f}  {name}"
                   + (breakdown(a, b, args.calls) if args.breakdown else ""))
 
