@@ -6,9 +6,10 @@
 For each dtype and shape (a square's size, or MxNxK) it prints the wall time per call of cupy.matmul, of
 cupy_gemm.matmul with the default (variant=None) and with a fixed variant (--variant, else the default's
 pick named), and their ratios to cupy.matmul (<= 1.00 is the target). A fixed variant whose alignment the
-shape misses (K = 250 for an 8-element rule) times the calls that zero-pad A and B. `queued` is the time until the loop has queued every call, before
-the synchronisation: the host's own cost while the GPU keeps up. `miss` is one call whose prepared launch
-is not cached (the first call of a new shape; the compiled kernel is cached). Best of three loops.
+shape misses (K = 250 for an 8-element rule) times the calls that zero-pad A and B. `queued` is the time
+until the loop has queued every call, before the synchronisation: the host's own cost while the GPU keeps
+up. `miss` is one call whose prepared launch is not cached (the first call of a new shape; the compiled
+kernel is cached). Best of three loops.
 --breakdown adds, per row, what a cached call is made of: the key, the output allocation, the launch
 alone with prepared arguments, and the kernel's GPU time (a CUDA graph of 100 launches, so without the
 host's gaps).
@@ -99,8 +100,8 @@ def main() -> None:
             base, _ = per_call_us(lambda: cupy.matmul(a, b), args.calls)
             default, queued = per_call_us(lambda: cupy_gemm.matmul(a, b), args.calls)
             fixed, _ = per_call_us(lambda: cupy_gemm.matmul(a, b, variant=name), args.calls)
-            print(f"{dtype:8s} {m:>4d}x{n:>4d}x{k:>4d} {base:8.1f} {default:8.1f} {default / base:6.2f} {queued:7.1f} "
-                  f"{fixed:8.1f} {fixed / base:6.2f} {miss_us(a, b):7.1f}  {name}"
+            print(f"{dtype:8s} {m:>4d}x{n:>4d}x{k:>4d} {base:8.1f} {default:8.1f} {default / base:6.2f} "
+                  f"{queued:7.1f} {fixed:8.1f} {fixed / base:6.2f} {miss_us(a, b):7.1f}  {name}"
                   + (breakdown(a, b, args.calls) if args.breakdown else ""))
 
 

@@ -148,7 +148,7 @@ def test_zero_padded_operands_keep_their_launch(gpu, monkeypatch, variant):
         pads.append(gpu.array(shape, x.dtype))
         return pads[-1]
     monkeypatch.setattr(operands, "zero_padded", zero_padded)
-    for i in range(3):
+    for _ in range(3):
         a, b = gpu.array((64, 30), "float16"), gpu.array((30, 48), "float16")
         out = api.matmul(a, b, variant=variant)
         assert [x.shape for x in pads[-2:]] == [(64, 32), (32, 48)]
