@@ -208,8 +208,8 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
                 C[...] = out
             copy_back = (out, C)
     else:  # zero-padded copies (a repeated call must pad again); C too unless only K is padded
-        mp, kp, np_ = arr.padded
-        A, B = zero_padded(cupy, a, (mp, kp), orders[0]), zero_padded(cupy, b, (kp, np_), orders[1])
+        mp, _, np_ = arr.padded
+        A, B = zero_padded_pair(cupy, a, b, arr.padded, orders)
         if arr.temp_c:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
             c_buffer = _buffer_geometry((mp, np_), layout, out_align)
             C = output_buffer(cupy, out.dtype, (mp, np_), c_buffer)
@@ -245,6 +245,13 @@ def laid_out(cupy, x, layout):
     order = "C" if layout == "row" else "F"
     y = cupy.ascontiguousarray(x) if layout == "row" else cupy.asfortranarray(x)
     return y.copy(order=order) if y.data.ptr == x.data.ptr else y
+
+
+def zero_padded_pair(cupy, a, b, padded, orders):
+    """A and B zero-padded to the (M, K, N) of `padded`, each in its layout of `orders` (resolve's, and the
+    prepared launches' repeats)."""
+    m, k, n = padded
+    return zero_padded(cupy, a, (m, k), orders[0]), zero_padded(cupy, b, (k, n), orders[1])
 
 
 def zero_padded(cupy, x, shape, layout):

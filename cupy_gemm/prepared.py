@@ -271,9 +271,7 @@ def _laid_out(a, b, swapped, copies, padded=None):
     cupy = _cupy or _cupy_module()
     pair = (b.T, a.T) if swapped else (a, b)
     if padded is not None:
-        m, k, n = padded
-        return tuple(operands.zero_padded(cupy, x, shape, layout) for x, shape, layout in
-                     zip(pair, ((m, k), (k, n)), copies))
+        return operands.zero_padded_pair(cupy, *pair, padded, copies)
     return tuple(x if layout is None else operands.laid_out(cupy, x, layout) for x, layout in zip(pair, copies))
 
 
