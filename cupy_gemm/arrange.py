@@ -129,7 +129,7 @@ class Arrangement:
     copy_b: bool = False
     temp_c: bool = False  # the kernel writes a temporary C that is copied back into the output
     copy_bytes: int = 0  # bytes the copies read and write
-    copy_launches: int = 0  # kernels they launch
+    copy_launches: int = 0  # kernels they launch (zero-padding: as priced, _padding)
     unaligned_c: bool = False  # C in place at a leading dimension, address or N only Family.unaligned_c stores
 
     @property
@@ -244,7 +244,11 @@ def _in_place(a, b, orders, align, swapped: bool) -> Arrangement:
 
 
 def _padding(x: Geometry, shape) -> tuple[int, int]:
-    """(bytes, launches) of x copied into a zero-padded buffer of `shape`: one copy, one fill per padded side."""
+    """(bytes, launches) of x copied into a zero-padded buffer of `shape`, priced as one copy and one fill per
+    padded side. One launch fills both operands now (cupy_gemm/padding.py), but its buffers' allocations keep
+    a small padded call host-bound, and the unaligned rule's choices were measured at this price: counting the
+    pair as one launch moved 99 of 6016 decisions on an H200, and timed, the 52 float32 ones among them ran
+    0.42 times as fast in geomean (docs/NOTES-hopper.md)."""
     rows, cols = shape
     return x.nbytes + rows * cols * x.itemsize, 1 + (rows > x.shape[0]) + (cols > x.shape[1])
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import padding
 from .arrange import (INDEX_LIMIT, Placement, arrange, c_align, check_sizes, fresh, geometry,  # noqa: F401 (re-exported)
                       leading_dim, swap_for_rows)
 from .errors import DeviceError, DTypeError, InputError
@@ -171,6 +172,7 @@ class Operands:
     copied: bool = False  # some operand is a copy: a repeated call must copy again
     swapped: bool = False  # the kernel computes Cᵀ = Bᵀ·Aᵀ: its rows are the caller's columns
     arrangement: object = None  # the arrange.Arrangement carried out: what was copied, at what cost
+    padder: object = None  # the padding.Padder that zero-padded A and B, for a repeated call to pad again
 
     @property
     def zero_copy(self) -> bool:
@@ -197,7 +199,7 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
     out_align = c_align(align, a.itemsize, out.itemsize)
     if arr.swapped:
         a, b, out = b.T, a.T, out.T
-    C, copy_back, c_buffer = out, None, None
+    C, copy_back, c_buffer, padder = out, None, None, None
     if arr.padded is None:
         A = laid_out(cupy, a, orders[0]) if arr.copy_a else a
         B = laid_out(cupy, b, orders[1]) if arr.copy_b else b
@@ -209,7 +211,8 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
             copy_back = (out, C)
     else:  # zero-padded copies (a repeated call must pad again); C too unless only K is padded
         mp, _, np_ = arr.padded
-        A, B = zero_padded_pair(cupy, a, b, arr.padded, orders)
+        padder = padding.Padder(a, b, arr.padded, orders)
+        A, B = padder(a, b)
         if arr.temp_c:  # the kernel writes all of the padded C; it reads C (out's copy) only when beta != 0
             c_buffer = _buffer_geometry((mp, np_), layout, out_align)
             C = output_buffer(cupy, out.dtype, (mp, np_), c_buffer)
@@ -221,7 +224,8 @@ def resolve(a, b, out, layout: str, align: int, b_layout: str | None = None,
     # takes C's own strides, and C may have no leading dimension in its layout (0 then)
     ldc = (ld(C, layout) or 0) if C is out else C.strides[0 if layout == "row" else 1] // C.itemsize
     return Operands(A, B, C, C.shape[0], C.shape[1], A.shape[1], ld(A, orders[0]), ld(B, orders[1]), ldc,
-                    copy_back, c_buffer, copied=A is not a or B is not b, swapped=arr.swapped, arrangement=arr)
+                    copy_back, c_buffer, copied=A is not a or B is not b, swapped=arr.swapped, arrangement=arr,
+                    padder=padder)
 
 
 def _buffer_geometry(shape, layout, align) -> tuple:
@@ -247,20 +251,3 @@ def laid_out(cupy, x, layout):
     return y.copy(order=order) if y.data.ptr == x.data.ptr else y
 
 
-def zero_padded_pair(cupy, a, b, padded, orders):
-    """A and B zero-padded to the (M, K, N) of `padded`, each in its layout of `orders` (resolve's, and the
-    prepared launches' repeats)."""
-    m, k, n = padded
-    return zero_padded(cupy, a, (m, k), orders[0]), zero_padded(cupy, b, (k, n), orders[1])
-
-
-def zero_padded(cupy, x, shape, layout):
-    """x in a buffer of `shape` whose extra rows and columns are zero."""
-    buf = cupy.empty(shape, dtype=x.dtype, order="C" if layout == "row" else "F")
-    rows, cols = x.shape
-    buf[:rows, :cols] = x
-    if cols < shape[1]:
-        buf[:, cols:] = 0
-    if rows < shape[0]:
-        buf[rows:, :cols] = 0
-    return buf

@@ -56,8 +56,8 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
             usable.append(name)
     serving = [name for name in usable if min(m, n) <= (registry.catalogue()[name].max_rows() or min(m, n))]
     if not serving:
-        notes.append(f"{chosen.name} copies its operands ({_mb(padded.copy_bytes)} in {padded.copy_launches} "
-                     f"launches), but no unaligned entry for {key} runs here")
+        notes.append(f"{chosen.name} copies its operands ({_mb(padded.copy_bytes)}, {_launches(padded)}), "
+                     f"but no unaligned entry for {key} runs here")
         return replace(decision, notes=tuple(notes))
     kernel = kernel_cost(key, m, n, k, placement.a.itemsize)
     twins = {name: b_layout(gpu, key, Decision(name, ""), placement, needs).variant for name in serving}
@@ -65,7 +65,7 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
     name = _fittest(serving, arrangements, m, n, kernel)
     runs = twins[name]  # its twin, if it would copy B
     saved = padded.traffic - arrangements[name].traffic
-    copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} in {padded.copy_launches} launches to align "
+    copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} ({_launches(padded)}) to align "
               f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {runs}'s own "
               f"copies, if any), against {_mb(kernel)} for the product")
     if saved < COPY_SHARE * kernel:
@@ -144,6 +144,10 @@ def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> 
 def kernel_cost(key: str, m: int, n: int, k: int, itemsize: int) -> int:
     """The product in bytes of traffic: its operands' bytes, or its FLOPs at FLOPS_PER_BYTE if more."""
     return max((m * k + k * n + m * n) * itemsize, 2 * m * n * k // FLOPS_PER_BYTE[key])
+
+
+def _launches(arr) -> str:
+    return f"priced as {arr.copy_launches} launch{'' if arr.copy_launches == 1 else 'es'}"
 
 
 def _mb(nbytes: int) -> str:

@@ -70,6 +70,7 @@ class Direct(NamedTuple):
     # kernel's orientation
     padded: tuple | None  # (M, K, N) of the zero-padded problem both copies fill, or None; C is then the
     # buffer's leading view where the kernel writes one (the padded rows and columns are dropped)
+    padder: object  # the padding.Padder that fills those copies, or None
 
 
 class Prepared:
@@ -112,7 +113,7 @@ class Prepared:
         direct = self.direct
         if direct is None:
             return self._resolve_and_run(a, b, out, values)
-        known, swapped, buffer, copies, padded = direct
+        known, swapped, buffer, copies, padded, padder = direct
         dest = out.T if swapped else out  # C as the kernel sees it
         C = dest if buffer is None else operands.output_buffer(_cupy or _cupy_module(), out.dtype, buffer.shape,
                                                                buffer.geometry)
@@ -120,7 +121,7 @@ class Prepared:
         if C is not dest and beta != 0:
             view[...] = dest
         if copies is not None:
-            A, B = _laid_out(a, b, swapped, copies, padded)
+            A, B = _laid_out(a, b, swapped, copies, padder)
         if not self.by_address:  # b.T has b's address: the swapped problem's A (the pointer ABI needs no view)
             if copies is None:
                 A, B = (b, a) if swapped else (a, b)
@@ -163,7 +164,7 @@ class Prepared:
         buffer = None if ops.c_buffer is None else Buffer(ops.c_buffer, ops.C.shape)
         copies = None if not ops.copied else (fam.layout if arr.copy_a else None,
                                                (fam.b_layout or fam.layout) if arr.copy_b else None)
-        self.direct = Direct(run, ops.swapped, buffer, copies, arr.padded)
+        self.direct = Direct(run, ops.swapped, buffer, copies, arr.padded, ops.padder)
         if self.by_address:  # keyed as run() looks up: the caller's a and b, or the kernel's copies
             A, B = (a, b) if copies is None else (ops.A, ops.B)
             self._remember((A.data.ptr, B.data.ptr, ops.C.data.ptr), run.pack(run.args))
@@ -265,13 +266,13 @@ def _key(a, b, c, out, alpha, beta, variant, precision=None, epilogue=None, out_
             out_dtype, deterministic)
 
 
-def _laid_out(a, b, swapped, copies, padded=None):
+def _laid_out(a, b, swapped, copies, padder=None):
     """The kernel's A and B (b.T and a.T when swapped), each copied into its layout where `copies` names one,
-    both zero-padded to `padded`'s (M, K, N) where that is given."""
+    or both zero-padded by `padder` (a padding.Padder) where that is given."""
     cupy = _cupy or _cupy_module()
     pair = (b.T, a.T) if swapped else (a, b)
-    if padded is not None:
-        return operands.zero_padded_pair(cupy, *pair, padded, copies)
+    if padder is not None:
+        return padder(*pair)
     return tuple(x if layout is None else operands.laid_out(cupy, x, layout) for x, layout in zip(pair, copies))
 
 

@@ -100,6 +100,16 @@ def test_the_traffic_floor_kernel_compiles(tmp_path, monkeypatch):
     assert compiled.resources.local == 0
 
 
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+def test_the_zero_padding_kernel_compiles(itemsize, tmp_path, monkeypatch):
+    """The zero-padded copies of unaligned operands (cupy_gemm/padding.py): one kernel per item size."""
+    from cupy_gemm import padding
+    monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
+    for arch in ("sm_80", "sm_90"):
+        compiled = compile_mod.compile_source("zero_pad", padding.source(itemsize), arch)
+        assert compiled.resources.local == 0
+
+
 def test_a_helper_kernels_compile_error_names_it(tmp_path, monkeypatch):
     monkeypatch.setenv("CUPY_GEMM_CACHE_DIR", str(tmp_path))
     with pytest.raises(CompileError, match="the K = 0 epilogue .* sm_80"):

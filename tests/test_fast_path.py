@@ -12,7 +12,7 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from cupy_gemm import api, dispatch, operands, prepared, registry  # noqa: E402
+from cupy_gemm import api, dispatch, padding, prepared, registry  # noqa: E402
 from cupy_gemm.errors import DTypeError, InputError  # noqa: E402
 from cupy_gemm import launch  # noqa: E402
 from fake_gpu import gpu  # noqa: E402,F401  (the fixture)
@@ -143,11 +143,17 @@ def test_zero_padded_operands_keep_their_launch(gpu, monkeypatch, variant):
     (fakes here: copies need a GPU) and launches the kept launch on the new copies; nothing is resolved again."""
     pads = []
 
-    def zero_padded(cupy_module, x, shape, layout):
-        assert layout == "row"
-        pads.append(gpu.array(shape, x.dtype))
-        return pads[-1]
-    monkeypatch.setattr(operands, "zero_padded", zero_padded)
+    class Padder:  # padding.Padder's interface: made once, called with each call's operands
+        def __init__(self, a, b, padded, orders):
+            assert orders == ("row", "row")
+            self.shapes = (padded[0], padded[1]), (padded[1], padded[2])
+            padders.append(self)
+
+        def __call__(self, a, b):
+            pads.extend([gpu.array(self.shapes[0], a.dtype), gpu.array(self.shapes[1], b.dtype)])
+            return pads[-2], pads[-1]
+    padders = []
+    monkeypatch.setattr(padding, "Padder", Padder)
     for _ in range(3):
         a, b = gpu.array((64, 30), "float16"), gpu.array((30, 48), "float16")
         out = api.matmul(a, b, variant=variant)
@@ -159,7 +165,7 @@ def test_zero_padded_operands_keep_their_launch(gpu, monkeypatch, variant):
         else:
             assert addresses(args) == [pads[-2].data.ptr, pads[-1].data.ptr, out.data.ptr]
             assert [int(x) for x in args[3:6]] == [64, 48, 32]
-    assert len(pads) == 6 and gpu.decisions == 1 and gpu.resolutions == 1
+    assert len(pads) == 6 and len(padders) == 1 and gpu.decisions == 1 and gpu.resolutions == 1
     assert len(gpu.kernels[variant].launches) == 3
 
 

@@ -372,7 +372,7 @@ def test_an_unaligned_view_of_an_aligned_shape_is_unaligned():
     hopper = Gpu("unknown GPU", 90)  # no table: the heuristic's choice, then the rule
     decision = dispatch.choose(hopper, "float16", 129, 1024, 64, placement=_placement(129, 1024, 64, "float16", view))
     assert registry.lookup(decision.variant).params["UNALIGNED"]
-    assert "1 launches" in decision.reason  # one copy of A into a contiguous buffer
+    assert "priced as 1 launch)" in decision.reason  # one copy of A into a contiguous buffer
 
 
 def test_the_costs():
@@ -384,7 +384,7 @@ def test_the_costs():
 def test_explain_tells_the_unaligned_rule(capsys):
     text = dispatch.explain("float16", 129, 1000, 33, ("unknown GPU", 90))
     assert "variant: hgemm_mma_" in text and "_unaligned" in text
-    assert "why: unaligned operands:" in text and "in 4 launches" in text and "was the choice: heuristic" in text
+    assert "why: unaligned operands:" in text and "priced as 4 launches" in text and "was the choice: heuristic" in text
     assert "operands taken as new contiguous arrays" in text
     text = dispatch.explain("float16", 129, 1000, 33, (H100.name, 90))  # the H100's table measured it so
     assert "_unaligned" in text.splitlines()[1] and "dispatch table" in text
