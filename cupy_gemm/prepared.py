@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import config, launch, operands
+from . import config, launch, operands, padding
 from .errors import InputError
 from .families.base import CUDA_TYPES
 
@@ -59,6 +59,7 @@ class Buffer(NamedTuple):
     """C's buffer of a call's own (a ragged N, a view no kernel can write): made anew each call, copied into out."""
     geometry: tuple  # (shape, order) of the whole buffer, as operands.output_buffer takes it
     shape: tuple  # C: its leading view of that shape
+    crop: object  # the padding.Cropper that copies it into an out dense in the kernel's layout, else None
 
 
 class Direct(NamedTuple):
@@ -127,7 +128,7 @@ class Prepared:
                 A, B = (b, a) if swapped else (a, b)
             if self.epilogue is None:
                 known.launch_pointers(A, B, C)
-                return _copied_back(out, dest, view)
+                return _copied_back(out, dest, view, buffer)
             args = (A, B, C) + known.args[launch.POINTER_SLOTS:]
         else:
             x, y = (a, b) if copies is None else (A, B)  # the caller's operands (views made only on a miss)
@@ -139,7 +140,7 @@ class Prepared:
         if self.epilogue is not None:
             args = known.with_epilogue(self.epilogue.pack(values, self.m, self.n), args)
         known.launch(args)
-        return _copied_back(out, dest, view)
+        return _copied_back(out, dest, view, buffer)
 
     def _resolve_and_run(self, a, b, out, values=None):
         v = self.variant
@@ -156,12 +157,14 @@ class Prepared:
         run = launch.prepare(v, self.device, ops.A, ops.B, ops.C, ops.m, ops.n, ops.k, ops.lda, ops.ldb, ops.ldc,
                              self.alpha, self.beta, epilogue_params=params, deterministic=self.deterministic)
         run()
-        if ops.copy_back is not None:
+        buffer = None
+        if ops.copy_back is not None:  # with a buffer of C's own
             dest, src = ops.copy_back
-            dest[...] = src
+            crop = padding.Cropper(src, dest, fam.layout) if padding.Cropper.fits(dest, fam.layout) else None
+            buffer = Buffer(ops.c_buffer, ops.C.shape, crop)
+            _copied_back(out, dest, src, buffer)
         # the same key always resolves the same way
         arr = ops.arrangement
-        buffer = None if ops.c_buffer is None else Buffer(ops.c_buffer, ops.C.shape)
         copies = None if not ops.copied else (fam.layout if arr.copy_a else None,
                                                (fam.b_layout or fam.layout) if arr.copy_b else None)
         self.direct = Direct(run, ops.swapped, buffer, copies, arr.padded, ops.padder)
@@ -276,9 +279,13 @@ def _laid_out(a, b, swapped, copies, padder=None):
     return tuple(x if layout is None else operands.laid_out(cupy, x, layout) for x, layout in zip(pair, copies))
 
 
-def _copied_back(out, dest, C):
+def _copied_back(out, dest, C, buffer):
+    """out, once C (the leading view of the kernel's own buffer, where it wrote one) is copied into dest."""
     if C is not dest:
-        dest[...] = C
+        if buffer.crop is not None:
+            buffer.crop(C, dest)
+        else:
+            dest[...] = C
     return out
 
 

@@ -81,3 +81,23 @@ def test_the_copies_follow_the_current_stream():
         stream.synchronize()
     _check(a, A, (4096, 1008), "row")
     _check(b, B, (1008, 4096), "col")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_a_cropper_copies_a_buffers_leading_view_into_a_dense_out(dtype, layout):
+    """The way back (padding.Cropper): the leading m×n view of a larger buffer into a dense out, every element."""
+    order = "C" if layout == "row" else "F"
+    for seed, (m, n, pad_m, pad_n) in enumerate([(1, 1, 0, 7), (17, 2000, 7, 8), (4095, 17, 1, 3), (127, 301, 0, 0)]):
+        full = _source(m + pad_m, n + pad_n, dtype, "fortran" if layout == "col" else "c", seed)
+        view = full[:m, :n]
+        _poison_the_pool(m * n * full.itemsize)
+        dest = cupy.empty((m, n), dtype, order=order)
+        assert padding.Cropper.fits(dest, layout)
+        crop = padding.Cropper(view, dest, layout)
+        crop(view, dest)
+        _check(view, dest, (m, n), layout)
+        full2 = _source(m + pad_m, n + pad_n, dtype, "fortran" if layout == "col" else "c", 50 + seed)
+        crop(full2[:m, :n], dest)  # the kept launch, new addresses
+        _check(full2[:m, :n], dest, (m, n), layout)
+    assert not padding.Cropper.fits(cupy.empty((64, 64), dtype, order=order)[:, ::2], layout)
