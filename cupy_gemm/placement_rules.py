@@ -25,9 +25,10 @@ from .candidates import Decision, candidates, why_not
 # COPY_LAUNCH_BYTES (a small copy kernel's launch and tail, about 2 µs, at about 3 TB/s); the product the larger
 # of its operands' bytes and its FLOPs over FLOPS_PER_BYTE, where the default kernels turn compute-bound. The
 # rule fires when the copies cost at least COPY_SHARE of the product: an unaligned entry up to 1 + COPY_SHARE
-# times slower than the default still wins. fp16, new arrays: 129×1000×33 pads A and B in 4 launches (24.2 MB
-# against 0.32 MB: unaligned), 4095×4095×33 copies C back too (101 MB against 32.5 MB: unaligned),
-# 2048×2048×2047 pads 32 MB in 4 launches (56 MB against 128 MB: padded, measured 59.5 µs to cuBLAS's 130).
+# times slower than the default still wins. fp16, new arrays: 129×1000×33 pads A and B, priced as 4 launches
+# (24.2 MB against 0.32 MB: unaligned), 4095×4095×33 copies C back too (101 MB against 32.5 MB: unaligned),
+# 2048×2048×2047 pads 32 MB, priced as 4 launches (56 MB against 128 MB: padded, measured 59.5 µs to cuBLAS's
+# 130; 48.3 since one kernel pads both operands, arrange._padding).
 FLOPS_PER_BYTE = {"float32": 16, "tf32": 64, "3xtf32": 32, "float16": 128, "bfloat16": 128}
 COPY_SHARE = 1.0
 # A @ x with x of a few columns swapped onto a 32-row tile (a `_rows32` entry) copies x and C: two launches,
