@@ -3,7 +3,8 @@ table's or heuristic's Decision (cupy_gemm/dispatch.py) for where the operands l
 
 - unaligned: when the variant chosen would copy the operands for its family's alignment (zero-padded K or N,
   or a view off its vectors) and the copies an `unaligned` entry saves cost at least as much as the product
-  itself (the copies' traffic >= COPY_SHARE × kernel_cost), such an entry, which reads them in place: of
+  itself (the copies' traffic >= COPY_SHARE × kernel_cost, plus, against a wgmma choice, what an mma.sync
+  entry's slower arithmetic costs: MMA_SYNC_FLOPS_PER_BYTE), such an entry, which reads them in place: of
   those that can serve the call and, as the B-layout twin that will run them, copy B (for its layout) or
   x and C (for a 32-row tile's swap of A and B) cheaply, where any does, the first whose tile has the
   fewest rows that hold the rows it runs (N where it swaps), else the tallest, priced as that twin.
@@ -37,6 +38,11 @@ COPY_SHARE = 1.0
 # 4095×32×1001 23 against 16 (1.5), 1001×8×1001 17 against 13 (3); float32 4095×32×1001 28 against 23
 # (0.75). The skinny kernels' swap pays whatever the copies (float16 4095×2×1001: 11.9 against 17.3).
 SWAP_SHARE = 0.5
+# An unaligned entry on mma.sync runs a compute-bound product at well under half the rate of the wgmma entry a
+# Hopper default pads for (H200: float16 1000×1001×4095 153 µs against 60 on a padded wgmma tile; tf32 with a
+# column-major B, 257×8191×8191, 968 against 385), so against a wgmma choice its FLOPs count at this many per
+# byte of traffic, half of FLOPS_PER_BYTE.
+MMA_SYNC_FLOPS_PER_BYTE = {"float16": 64, "bfloat16": 64, "tf32": 32}
 
 
 def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placement: Placement,
@@ -69,7 +75,10 @@ def unaligned(gpu, key: str, m: int, n: int, k: int, decision: Decision, placeme
     copies = (f"{chosen.name} would copy {_mb(padded.copy_bytes)} ({_launches(padded)}) to align "
               f"them, {_mb(saved)} of traffic counting {_mb(COPY_LAUNCH_BYTES)} a launch (beyond {runs}'s own "
               f"copies, if any), against {_mb(kernel)} for the product")
-    if saved < COPY_SHARE * kernel:
+    slower = _slower_arithmetic(key, m, n, k, chosen, registry.catalogue()[runs], kernel)
+    if slower:
+        copies += f", plus {_mb(slower)} for {runs}'s slower arithmetic"
+    if saved < COPY_SHARE * kernel + slower:
         notes.append(f"unaligned rule: {copies}: the copies cost less, {chosen.name} stays")
         return replace(decision, notes=tuple(notes))
     notes.append(f"{chosen.name} was the choice: {decision.reason}")
@@ -140,6 +149,15 @@ def b_layout(gpu, key: str, decision: Decision, placement: Placement, needs) -> 
     return Decision(twin.name, f"B-layout rule: {chosen.name} would copy B into its own layout; "
                     f"{twin.name} ({twin_family}, the nearest tile) reads it in place",
                     decision.notes + (f"{chosen.name} was the choice: {decision.reason}",))
+
+
+def _slower_arithmetic(key: str, m: int, n: int, k: int, chosen, unaligned, kernel: int) -> int:
+    """The traffic an unaligned mma.sync entry's slower arithmetic is worth against a wgmma choice: its FLOPs
+    at MMA_SYNC_FLOPS_PER_BYTE beyond the product's cost; 0 for other pairs."""
+    if (key not in MMA_SYNC_FLOPS_PER_BYTE or not chosen.family.name.startswith("wgmma")
+            or unaligned.family.name not in ("mma", "mma_kmajor")):
+        return 0
+    return max(0, 2 * m * n * k // MMA_SYNC_FLOPS_PER_BYTE[key] - kernel)
 
 
 def kernel_cost(key: str, m: int, n: int, k: int, itemsize: int) -> int:

@@ -381,6 +381,26 @@ def test_the_costs():
     assert arrange.Arrangement(copy_bytes=10, copy_launches=2).traffic == 10 + 2 * arrange.COPY_LAUNCH_BYTES
 
 
+def test_an_mma_sync_entry_pays_for_its_slower_arithmetic_against_wgmma():
+    """A compute-bound ragged product stays on the padded wgmma tile: the unaligned mma.sync entry's slower
+    arithmetic counts against it (placement_rules.MMA_SYNC_FLOPS_PER_BYTE). A small ragged product, or one
+    whose default is no wgmma entry, still takes the unaligned entry."""
+    h200 = dispatch.describe_gpu("NVIDIA H200", 90)
+    for key, layout in (("float16", "row"), ("bfloat16", "col"), ("tf32", "col")):
+        size = 2 if key != "tf32" else 4
+        m, n, k = (1000, 1001, 4095) if key != "tf32" else (257, 8191, 8191)
+        b = fresh((k, n), size) if layout == "row" else fresh((n, k), size).T
+        placement = Placement(fresh((m, k), size), b, fresh((m, n), size))
+        decision = dispatch.choose(h200, key, m, n, k, placement=placement)
+        chosen = registry.lookup(decision.variant)
+        assert chosen.family.name.startswith("wgmma") and placement.for_variant(chosen).padded, (key, decision)
+        assert any("slower arithmetic" in note and "stays" in note for note in decision.notes), decision.notes
+    small = dispatch.choose(h200, "float16", 129, 1000, 33, placement=_placement(129, 1000, 33, "float16"))
+    assert registry.lookup(small.variant).params.get("UNALIGNED")
+    fp32 = dispatch.choose(h200, "float32", 255, 255, 4095, placement=_placement(255, 255, 4095, "float32"))
+    assert registry.lookup(fp32.variant).params.get("UNALIGNED")
+
+
 def test_explain_tells_the_unaligned_rule(capsys):
     text = dispatch.explain("float16", 129, 1000, 33, ("unknown GPU", 90))
     assert "variant: hgemm_mma_" in text and "_unaligned" in text
